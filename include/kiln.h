@@ -1,0 +1,278 @@
+/*
+ * kiln.h — the one public header of kiln, a C library of fast GPU operations for
+ * large-language-model work (tensor-core matrix products, quantized products, attention).
+ *
+ * Conventions (the same for every function):
+ *   - Every function that can fail returns a kiln_status. On failure it also sets a thread-local message,
+ *     read with kiln_last_error(), naming the function, the argument, what was found, what was
+ *     expected and how to fix it. The library never aborts and never prints.
+ *   - Tensors are DLPack DLTensors (declared below from the DLPack 1.x specification). A tensor's
+ *     device must match the context's: kDLCPU tensors go to a CPU context, kDLCUDA tensors of
+ *     ordinal n to the context of ordinal n.
+ *   - Ops only enqueue work on the caller's stream (NULL = the legacy default stream). They never
+ *     synchronize the host, allocate device memory or load modules. Outputs and workspace are the
+ *     caller's. On the CPU context ops run synchronously on the calling thread; stream is ignored.
+ *   - A kiln_context may be used from several threads at once.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+
+#if defined(_WIN32)
+#define KILN_API
+#else
+#define KILN_API __attribute__((visibility("default")))
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* DLPack 1.x ABI, declared from the published specification.                                 */
+/*                                                                                            */
+/* Coexistence with an upstream dlpack.h:                                                     */
+/*   - upstream 1.x included first: its declarations are used and nothing is declared here.  */
+/*   - upstream 0.x included first: only the 1.x additions (DLPackVersion,                    */
+/*     DLManagedTensorVersioned, the flag bits) are declared here.                            */
+/*   - kiln.h included first: upstream's include guard is defined here, so a later            */
+/*     #include <dlpack/dlpack.h> adds nothing and conflicts with nothing.                    */
+/* ------------------------------------------------------------------------------------------ */
+#ifndef DLPACK_DLPACK_H_
+#define DLPACK_DLPACK_H_
+#define KILN_DECLARES_DLPACK_CORE 1
+#define DLPACK_MAJOR_VERSION 1
+#define DLPACK_MINOR_VERSION 0
+#ifndef DLPACK_EXTERN_C
+#ifdef __cplusplus
+#define DLPACK_EXTERN_C extern "C"
+#else
+#define DLPACK_EXTERN_C
+#endif
+#endif
+#ifndef DLPACK_DLL
+#define DLPACK_DLL
+#endif
+
+typedef enum {
+  kDLCPU = 1,
+  kDLCUDA = 2,
+  kDLCUDAHost = 3,
+  kDLOpenCL = 4,
+  kDLVulkan = 7,
+  kDLMetal = 8,
+  kDLVPI = 9,
+  kDLROCM = 10,
+  kDLROCMHost = 11,
+  kDLExtDev = 12,
+  kDLCUDAManaged = 13,
+  kDLOneAPI = 14,
+  kDLWebGPU = 15,
+  kDLHexagon = 16,
+  kDLMAIA = 17,
+} DLDeviceType;
+
+typedef struct {
+  DLDeviceType device_type;
+  int32_t device_id;
+} DLDevice;
+
+typedef enum {
+  kDLInt = 0U,
+  kDLUInt = 1U,
+  kDLFloat = 2U,
+  kDLOpaqueHandle = 3U,
+  kDLBfloat = 4U,
+  kDLComplex = 5U,
+  kDLBool = 6U,
+} DLDataTypeCode;
+
+typedef struct {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+} DLDataType;
+
+typedef struct {
+  void *data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape;
+  int64_t *strides; /* in elements; NULL means compact row-major */
+  uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+#endif /* DLPACK_DLPACK_H_ */
+
+#if !defined(KILN_DECLARES_DLPACK_CORE) && (!defined(DLPACK_MAJOR_VERSION) || DLPACK_MAJOR_VERSION < 1) && \
+    !defined(KILN_DECLARES_DLPACK_VERSIONED)
+#define KILN_DECLARES_DLPACK_VERSIONED 1 /* an upstream 0.x header came first */
+#endif
+#if defined(KILN_DECLARES_DLPACK_CORE) || defined(KILN_DECLARES_DLPACK_VERSIONED)
+typedef struct {
+  uint32_t major;
+  uint32_t minor;
+} DLPackVersion;
+
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1UL << 1UL)
+
+typedef struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensorVersioned *self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+#endif
+
+/* The CUDA driver's stream handle, declared exactly as cuda.h declares it (a repeated identical
+ * typedef is valid C11 and C++), so kiln.h needs no CUDA header. */
+typedef struct CUstream_st *CUstream;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Status codes and errors                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+typedef enum kiln_status {
+  KILN_OK = 0,
+  KILN_ERROR_INVALID_ARGUMENT = 1, /* a NULL, a shape, dtype, layout or device that the op rejects */
+  KILN_ERROR_UNSUPPORTED = 2,      /* valid input this device or build cannot run (e.g. an algo) */
+  KILN_ERROR_NO_DRIVER = 3,        /* libcuda.so.1 missing, or an entry point missing */
+  KILN_ERROR_DRIVER_TOO_OLD = 4,   /* the driver is older than CUDA 12.0 */
+  KILN_ERROR_NO_DEVICE = 5,        /* no CUDA device, or the ordinal does not exist */
+  KILN_ERROR_NO_KERNEL_IMAGE = 6,  /* the build has no kernels, or none that run on this device */
+  KILN_ERROR_OUT_OF_MEMORY = 7,    /* an allocation helper could not allocate */
+  KILN_ERROR_CUDA = 8,             /* a CUDA driver call failed; the message has its name */
+  KILN_ERROR_WORKSPACE = 9,        /* the workspace given is smaller than the size query said */
+  KILN_ERROR_INTERNAL = 10,        /* a bug in kiln: please report the message */
+} kiln_status;
+
+/* A static string naming the status, e.g. "KILN_ERROR_INVALID_ARGUMENT". */
+KILN_API const char *kiln_status_string(kiln_status status);
+
+/* The message of the last failed call on this thread ("" if none). Valid until the next kiln call
+ * on this thread. Successful calls do not clear it. */
+KILN_API const char *kiln_last_error(void);
+KILN_API void kiln_clear_error(void);
+
+/* The version of the library that is loaded (may differ from the header's macros). */
+KILN_API void kiln_version(int *major, int *minor, int *patch);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Devices and contexts                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct kiln_device_info {
+  char name[256];
+  int ordinal;             /* CUDA ordinal; -1 for the CPU */
+  int cc_major, cc_minor;  /* compute capability (0.0 for the CPU) */
+  int sm_count;            /* multiprocessors (logical CPUs for the CPU) */
+  size_t smem_per_block_optin; /* largest dynamic shared memory a block may opt in to */
+  size_t l2_bytes;
+  size_t total_memory;
+  int driver_version;      /* e.g. 13000; 0 for the CPU */
+  int has_kernels;         /* 1 if kiln's embedded kernels run on this device */
+} kiln_device_info;
+
+/* Number of CUDA devices. Without a driver returns KILN_ERROR_NO_DRIVER and sets *count = 0. */
+KILN_API kiln_status kiln_device_count(int *count);
+
+/* Whether this build embeds GPU kernels (0 when it was built without nvcc). */
+KILN_API int kiln_build_has_kernels(void);
+
+typedef struct kiln_context kiln_context;
+
+/* Creates the context of one device: device_type kDLCPU (ordinal ignored) or kDLCUDA with a CUDA
+ * ordinal. A CUDA context retains the device's primary context (the one the CUDA runtime,
+ * PyTorch and cuBLAS use) and loads kiln's kernels once; no op loads anything afterwards. */
+KILN_API kiln_status kiln_context_create(DLDeviceType device_type, int ordinal, kiln_context **out);
+/* Releases the context. Work still in flight on a stream must be finished (synchronize first):
+ * destroying a context unloads its kernels while they may still run. NULL is a no-op. */
+KILN_API void kiln_context_destroy(kiln_context *ctx);
+KILN_API kiln_status kiln_context_info(const kiln_context *ctx, kiln_device_info *info);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Helpers for C users who have no framework: streams, memory, tensors. Never used inside ops. */
+/* ------------------------------------------------------------------------------------------ */
+/* A new non-blocking stream on the context's device (CPU context: *out = NULL, KILN_OK). */
+KILN_API kiln_status kiln_stream_create(kiln_context *ctx, CUstream *out);
+KILN_API kiln_status kiln_stream_destroy(kiln_context *ctx, CUstream stream);
+KILN_API kiln_status kiln_stream_synchronize(kiln_context *ctx, CUstream stream);
+
+/* Allocates a compact row-major tensor on the context's device. The result has explicit strides,
+ * byte_offset 0, 256-byte aligned data, and a deleter that frees everything
+ * (kiln_tensor_free(t) calls it). Contents are uninitialized. */
+KILN_API kiln_status kiln_tensor_empty(kiln_context *ctx, int32_t ndim, const int64_t *shape, DLDataType dtype,
+                                       DLManagedTensorVersioned **out);
+KILN_API void kiln_tensor_free(DLManagedTensorVersioned *t);
+
+/* Copies src to dst (inputs before outputs, as in every kiln call) (same shape and dtype, both compact row-major, any of host/device each),
+ * enqueued on stream. Host memory that is not page-locked makes the copy synchronous. */
+KILN_API kiln_status kiln_tensor_copy(kiln_context *ctx, const DLTensor *src, const DLTensor *dst, CUstream stream);
+
+/* Converts src into dst elementwise (same shape, any strides, dtypes f32, f16, bf16; float to
+ * narrower float rounds to nearest even). On a CUDA context this is a kernel on stream. */
+KILN_API kiln_status kiln_cast(kiln_context *ctx, const DLTensor *src, const DLTensor *dst, CUstream stream);
+
+/* Host-side half-precision conversions. Widening is exact; narrowing is correctly rounded (to
+ * nearest, ties to even) for every bit pattern, with overflow to infinity and gradual underflow;
+ * a NaN stays a NaN of the same sign (payload kept where it fits, else made quiet). */
+KILN_API float kiln_f16_to_f32(uint16_t h);
+KILN_API uint16_t kiln_f32_to_f16(float f);
+KILN_API float kiln_bf16_to_f32(uint16_t h);
+KILN_API uint16_t kiln_f32_to_bf16(float f);
+
+/* ------------------------------------------------------------------------------------------ */
+/* kiln_matmul — C = alpha · A·B                                                               */
+/* ------------------------------------------------------------------------------------------ */
+/* A [M,K] or [batch,M,K], B [K,N] or [batch,K,N]: both f16 or both bf16; a batch of 1 broadcasts.
+ * C [M,N] or [batch,M,N] in f32, f16 or bf16. Accumulation is always fp32.
+ * Every matrix may be row-major or column-major (a transposed view, e.g. a PyTorch Linear weight
+ * W[N,K] passed as W.T) with any leading dimension >= its inner size, and any batch stride.
+ * Any M, N, K >= 1. C must not overlap A or B. */
+typedef enum kiln_matmul_algo {
+  KILN_MATMUL_AUTO = 0,     /* the fastest kernel for the device and shape */
+  KILN_MATMUL_MMA_SYNC = 1, /* mma.sync m16n8k16, register-staged global loads; sm_80+ */
+  KILN_MATMUL_CP_ASYNC = 2, /* cp.async multi-stage pipeline + ldmatrix; sm_80+, 16-byte aligned rows */
+  KILN_MATMUL_WGMMA = 3,    /* warpgroup MMA + TMA; sm_90a (not in this build yet: UNSUPPORTED) */
+} kiln_matmul_algo;
+
+typedef struct kiln_matmul_opts {
+  kiln_matmul_algo algo;
+  float alpha; /* scale of the product; kiln_matmul_opts_default() sets 1 */
+} kiln_matmul_opts;
+
+KILN_API kiln_matmul_opts kiln_matmul_opts_default(void);
+
+/* opts may be NULL (defaults). */
+KILN_API kiln_status kiln_matmul(kiln_context *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *c,
+                                 const kiln_matmul_opts *opts, CUstream stream);
+
+/* Gradients of C = A·B: dA = dC·Bᵀ, dB = Aᵀ·dC, computed by the same kernels on transposed views
+ * (nothing is transposed in memory). dC is f32, f16 or bf16; an f32 (or other-dtype) dC is first
+ * converted to the dtype of A into the workspace. da or db may be NULL to skip that gradient.
+ * dA has A's shape (batch of A), dB has B's shape; when B is broadcast over a batch, dB sums over
+ * the batch (and then needs an f32 dB or workspace, see the size query). */
+KILN_API kiln_status kiln_matmul_backward_workspace_size(kiln_context *ctx, const DLTensor *a, const DLTensor *b,
+                                                         const DLTensor *dc, const DLTensor *da,
+                                                         const DLTensor *db, size_t *bytes);
+KILN_API kiln_status kiln_matmul_backward(kiln_context *ctx, const DLTensor *a, const DLTensor *b,
+                                          const DLTensor *dc, const DLTensor *da, const DLTensor *db,
+                                          void *workspace, size_t workspace_bytes,
+                                          const kiln_matmul_opts *opts, CUstream stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_H */

@@ -1,0 +1,28 @@
+/*
+ * kernel_list.h — every kernel in kiln's embedded image, X(id, "exported name").
+ * Host code builds its registry from this list (src/runtime/runtime.h); the .cu files define
+ * extern "C" kernels with these names.
+ *
+ * GEMM names: kiln_gemm_<algo>_<dtype>_<A layout><B layout>[_scalar], A layout k (row-major,
+ * k contiguous) or m (column-major); B layout k (column-major, k contiguous) or n (row-major).
+ * _scalar variants load element by element for operands whose rows are not 16-byte aligned.
+ */
+#ifndef KILN_KERNEL_LIST_H
+#define KILN_KERNEL_LIST_H
+
+#define KILN_GEMM_KERNELS_FOR(X, algo, dt, suffix)                                            \
+  X(KILN_K_GEMM_##algo##_##dt##_KK##suffix, "kiln_gemm_" #algo "_" #dt "_kk" #suffix)           \
+  X(KILN_K_GEMM_##algo##_##dt##_KN##suffix, "kiln_gemm_" #algo "_" #dt "_kn" #suffix)           \
+  X(KILN_K_GEMM_##algo##_##dt##_MK##suffix, "kiln_gemm_" #algo "_" #dt "_mk" #suffix)           \
+  X(KILN_K_GEMM_##algo##_##dt##_MN##suffix, "kiln_gemm_" #algo "_" #dt "_mn" #suffix)
+
+#define KILN_KERNELS(X)                                  \
+  X(KILN_K_CAST, "kiln_cast")                            \
+  KILN_GEMM_KERNELS_FOR(X, mma, f16, )                   \
+  KILN_GEMM_KERNELS_FOR(X, mma, bf16, )                  \
+  KILN_GEMM_KERNELS_FOR(X, mma, f16, _scalar)            \
+  KILN_GEMM_KERNELS_FOR(X, mma, bf16, _scalar)           \
+  KILN_GEMM_KERNELS_FOR(X, cpasync, f16, )               \
+  KILN_GEMM_KERNELS_FOR(X, cpasync, bf16, )
+
+#endif /* KILN_KERNEL_LIST_H */

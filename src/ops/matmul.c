@@ -1,0 +1,372 @@
+/*
+ * matmul.c — kiln_matmul and kiln_matmul_backward: validate -> choose kernel -> launch (or CPU).
+ *
+ * One internal entry, gemm_run(), serves the forward and both gradients: every product is
+ * expressed on matrix views (kiln_matrix) whose strides say row- or column-major, so the
+ * backward's transposes are views, never copies.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops.h"
+#include "cpu/cpu.h"
+
+kiln_matmul_opts kiln_matmul_opts_default(void) {
+  kiln_matmul_opts o;
+  memset(&o, 0, sizeof o);
+  o.algo = KILN_MATMUL_AUTO;
+  o.alpha = 1.0f;
+  return o;
+}
+
+static const char *algo_name(kiln_matmul_algo a) {
+  switch (a) {
+  case KILN_MATMUL_AUTO: return "AUTO";
+  case KILN_MATMUL_MMA_SYNC: return "MMA_SYNC";
+  case KILN_MATMUL_CP_ASYNC: return "CP_ASYNC";
+  case KILN_MATMUL_WGMMA: return "WGMMA";
+  }
+  return "unknown";
+}
+
+/* Checks an explicit algo against the context before any work; AUTO always passes. */
+static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matmul_algo algo) {
+  if (algo == KILN_MATMUL_AUTO) return KILN_OK;
+  if (algo != KILN_MATMUL_MMA_SYNC && algo != KILN_MATMUL_CP_ASYNC && algo != KILN_MATMUL_WGMMA)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: opts->algo is %d; expected KILN_MATMUL_AUTO, _MMA_SYNC, _CP_ASYNC or _WGMMA", op, (int)algo);
+  if (ctx->device_type == kDLCPU)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: algo %s needs a CUDA device but the context is the CPU's; use KILN_MATMUL_AUTO for CPU "
+                     "tensors",
+                     op, algo_name(algo));
+  if (algo == KILN_MATMUL_WGMMA)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: algo WGMMA is not in this build of kiln (the sm_90a kernels are not written yet); use "
+                     "KILN_MATMUL_AUTO, _MMA_SYNC or _CP_ASYNC",
+                     op);
+  return KILN_OK;
+}
+
+/* The kernel for an algo, dtype and layout; kernel_list.h orders each group kk, kn, mk, mn. */
+static kiln_kernel_id gemm_kernel(kiln_matmul_algo algo, bool bf16, bool a_k, bool b_k, bool aligned) {
+  kiln_kernel_id base;
+  if (algo == KILN_MATMUL_CP_ASYNC)
+    base = bf16 ? KILN_K_GEMM_cpasync_bf16_KK : KILN_K_GEMM_cpasync_f16_KK;
+  else if (aligned)
+    base = bf16 ? KILN_K_GEMM_mma_bf16_KK : KILN_K_GEMM_mma_f16_KK;
+  else
+    base = bf16 ? KILN_K_GEMM_mma_bf16_KK_scalar : KILN_K_GEMM_mma_f16_KK_scalar;
+  return (kiln_kernel_id)(base + (a_k ? 0 : 2) + (b_k ? 0 : 1));
+}
+
+/* C = alpha·A·B + beta·C over `batch` matrices (views already validated, batch strides 0 where
+ * an operand broadcasts). With reduce_batch, C is one matrix and receives the sum over the batch
+ * (launched batch by batch with beta = 1 after the first, a fixed order: deterministic).
+ * The caller has entered the context on the GPU. */
+static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix A, kiln_matrix B, kiln_matrix C,
+                            int64_t batch, bool reduce_batch, float alpha, float beta, kiln_matmul_algo algo,
+                            CUstream stream) {
+  if (reduce_batch) {
+    kiln_matrix a1 = A, b1 = B;
+    for (int64_t i = 0; i < batch; i++) {
+      a1.data = A.data + i * A.bs * (int64_t)A.elem;
+      b1.data = B.data + i * B.bs * (int64_t)B.elem;
+      kiln_status st = gemm_run(ctx, op, a1, b1, C, 1, false, alpha, i ? 1.0f : beta, algo, stream);
+      if (st) return st;
+    }
+    return KILN_OK;
+  }
+  if (ctx->device_type == kDLCPU) return kiln_cpu_gemm(&A, &B, &C, batch, alpha, beta);
+
+  /* The kernels write C row-major. A column-major C is computed as Cᵀ = Bᵀ·Aᵀ. */
+  if (!kiln_matrix_row_major(&C)) {
+    kiln_matrix t = kiln_matrix_transpose(A);
+    A = kiln_matrix_transpose(B);
+    B = t;
+    C = kiln_matrix_transpose(C);
+  }
+  const bool a_k = A.cs == 1, b_k = B.rs == 1;
+  const bool aligned = kiln_matrix_aligned16(&A) && kiln_matrix_aligned16(&B);
+  if (algo == KILN_MATMUL_AUTO) algo = aligned ? KILN_MATMUL_CP_ASYNC : KILN_MATMUL_MMA_SYNC;
+  if (algo == KILN_MATMUL_CP_ASYNC && !aligned)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: algo CP_ASYNC needs 16-byte aligned operand rows (data pointer, leading dimension and batch "
+                     "stride multiples of 8 elements) but A has ld %" PRId64 " and B has ld %" PRId64
+                     "; use KILN_MATMUL_AUTO or _MMA_SYNC, or pad the leading dimension to a multiple of 8",
+                     op, kiln_matrix_ld(&A), kiln_matrix_ld(&B));
+
+  const bool cpa = algo == KILN_MATMUL_CP_ASYNC;
+  const int bm = cpa ? KILN_GEMM_CPA_BM : KILN_GEMM_MMA_BM, bn = cpa ? KILN_GEMM_CPA_BN : KILN_GEMM_MMA_BN;
+  const int stages = cpa ? KILN_GEMM_CPA_STAGES : KILN_GEMM_MMA_STAGES;
+  const int64_t tiles = ((A.rows + bm - 1) / bm) * ((B.cols + bn - 1) / bn);
+  if (tiles > INT32_MAX)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: C is [%" PRId64 ", %" PRId64 "], %" PRId64 " tiles of %dx%d, more than a grid holds (2^31-1); "
+                     "split the product",
+                     op, A.rows, B.cols, tiles, bm, bn);
+  kiln_gemm_args args = {
+      .a = A.data, .b = B.data, .c = C.data,
+      .a_bs = A.bs, .a_rs = A.rs, .a_cs = A.cs,
+      .b_bs = B.bs, .b_rs = B.rs, .b_cs = B.cs,
+      .c_bs = C.bs, .c_rs = C.rs,
+      .m = (int32_t)A.rows, .n = (int32_t)B.cols, .k = (int32_t)A.cols, .batch = (int32_t)batch,
+      .alpha = alpha, .beta = beta, .c_dtype = kiln_dt_code(C.dtype), .group_m = 8,
+  };
+  const unsigned smem = (unsigned)KILN_GEMM_SMEM_BYTES(stages, bm, bn, a_k, b_k);
+  void *params[] = {&args};
+  const unsigned gz = batch > 65535 ? 65535u : (unsigned)batch;
+  return kiln_launch(ctx, gemm_kernel(algo, KILN_IS_BF16(A.dtype), a_k, b_k, aligned), (unsigned)tiles, 1, gz,
+                     KILN_GEMM_THREADS, smem, stream, params, op);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Validation shared by the forward and the backward                                          */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct matmul_shapes {
+  kiln_matrix a, b;
+  int64_t batch, m, n, k;
+} matmul_shapes;
+
+static kiln_status check_inputs(const kiln_context *ctx, const char *op, const DLTensor *a, const DLTensor *b,
+                                matmul_shapes *s) {
+  kiln_status st;
+  if ((st = kiln_check_tensor(ctx, op, "a", a)) || (st = kiln_check_tensor(ctx, op, "b", b))) return st;
+  char da[48], db[48], sa[160], sb[160];
+  if (!KILN_IS_F16(a->dtype) && !KILN_IS_BF16(a->dtype))
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: a has dtype %s; expected float16 or bfloat16", op,
+                     kiln_dtype_name(a->dtype, da));
+  if (memcmp(&a->dtype, &b->dtype, sizeof a->dtype) != 0)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: b has dtype %s but a has %s; both must be float16 or both bfloat16",
+                     op, kiln_dtype_name(b->dtype, db), kiln_dtype_name(a->dtype, da));
+  if ((st = kiln_matrix_view(op, "a", a, true, &s->a)) || (st = kiln_matrix_view(op, "b", b, true, &s->b))) return st;
+  s->m = s->a.rows;
+  s->k = s->a.cols;
+  s->n = s->b.cols;
+  if (s->b.rows != s->k)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: b has shape %s but a has K = %" PRId64 " (shape %s); inner dimensions must match", op,
+                     kiln_shape_str(b, sb, sizeof sb), s->k, kiln_shape_str(a, sa, sizeof sa));
+  if (s->a.batch != s->b.batch && s->a.batch != 1 && s->b.batch != 1)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: a has batch %" PRId64 " and b has batch %" PRId64 "; batches must be equal or one of them 1",
+                     op, s->a.batch, s->b.batch);
+  s->batch = s->a.batch > s->b.batch ? s->a.batch : s->b.batch;
+  return KILN_OK;
+}
+
+/* An output matrix of expected shape [batch?, rows, cols] with a float dtype. */
+static kiln_status check_output(const kiln_context *ctx, const char *op, const char *arg, const DLTensor *t,
+                                int64_t batch, int64_t rows, int64_t cols, kiln_matrix *m) {
+  kiln_status st;
+  if ((st = kiln_check_tensor(ctx, op, arg, t))) return st;
+  char dn[48], sh[160];
+  if (kiln_dt_code(t->dtype) < 0)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has dtype %s; expected float32, float16 or bfloat16", op, arg,
+                     kiln_dtype_name(t->dtype, dn));
+  if ((st = kiln_matrix_view(op, arg, t, true, m))) return st;
+  if (m->rows != rows || m->cols != cols || (m->batch != batch && !(batch == 1 && t->ndim == 2)) ||
+      (t->ndim == 2 && batch != 1)) {
+    char want[96];
+    if (batch > 1)
+      snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 ", %" PRId64 "]", batch, rows, cols);
+    else
+      snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "] (or [1, %" PRId64 ", %" PRId64 "])", rows, cols, rows,
+               cols);
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s; expected %s", op, arg,
+                     kiln_shape_str(t, sh, sizeof sh), want);
+  }
+  return kiln_check_output_matrix(op, arg, m);
+}
+
+static kiln_status check_no_overlap(const char *op, const char *out_name, const kiln_matrix *out, const char *in_name,
+                                    const kiln_matrix *in) {
+  if (kiln_matrix_overlap(out, in))
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: %s overlaps %s in memory; the output must be a separate buffer", op, out_name, in_name);
+  return KILN_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* kiln_matmul                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+kiln_status kiln_matmul(kiln_context *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *c,
+                        const kiln_matmul_opts *opts, CUstream stream) {
+  const char *op = "kiln_matmul";
+  kiln_status st = kiln_check_context(ctx, op);
+  if (st) return st;
+  kiln_matmul_opts o = opts ? *opts : kiln_matmul_opts_default();
+  if ((st = check_algo(ctx, op, o.algo))) return st;
+  matmul_shapes s;
+  kiln_matrix cm;
+  if ((st = check_inputs(ctx, op, a, b, &s))) return st;
+  if ((st = check_output(ctx, op, "c", c, s.batch, s.m, s.n, &cm))) return st;
+  if ((st = check_no_overlap(op, "c", &cm, "a", &s.a)) || (st = check_no_overlap(op, "c", &cm, "b", &s.b))) return st;
+  if (ctx->device_type == kDLCPU) return gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, stream);
+  kiln_ctx_scope scope;
+  if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
+  st = gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, stream);
+  kiln_ctx_leave(ctx, &scope);
+  return st;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* kiln_matmul_backward                                                                       */
+/*                                                                                            */
+/* dA = dC·Bᵀ and dB = Aᵀ·dC. An operand that was broadcast over the batch gets the sum of its */
+/* per-batch gradients. Workspace, in order, each part 256-byte aligned:                      */
+/*   dC converted to A's dtype   when dC's dtype differs (compact [batch, M, N]);             */
+/*   f32 accumulator [M, K]      when dA sums over the batch and dA is not f32;               */
+/*   f32 accumulator [K, N]      likewise for dB.                                             */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct backward_plan {
+  matmul_shapes s;
+  kiln_matrix dc, da, db;
+  bool want_da, want_db, convert_dc, da_reduce, db_reduce, da_acc, db_acc;
+  size_t off_dc, off_da, off_db, bytes;
+} backward_plan;
+
+static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static kiln_status plan_backward(const kiln_context *ctx, const char *op, const DLTensor *a, const DLTensor *b,
+                                 const DLTensor *dc, const DLTensor *da, const DLTensor *db, backward_plan *p) {
+  memset(p, 0, sizeof *p);
+  kiln_status st;
+  if ((st = check_inputs(ctx, op, a, b, &p->s))) return st;
+  const matmul_shapes *s = &p->s;
+  if ((st = check_output(ctx, op, "dc", dc, s->batch, s->m, s->n, &p->dc))) return st; /* same shape rules as C */
+  if (!da && !db)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: da and db are both NULL; pass at least one gradient to compute", op);
+  p->want_da = da != NULL;
+  p->want_db = db != NULL;
+  if (da) {
+    if ((st = check_output(ctx, op, "da", da, s->a.batch, s->m, s->k, &p->da))) return st;
+    if ((st = check_no_overlap(op, "da", &p->da, "a", &s->a)) || (st = check_no_overlap(op, "da", &p->da, "b", &s->b)) ||
+        (st = check_no_overlap(op, "da", &p->da, "dc", &p->dc)))
+      return st;
+  }
+  if (db) {
+    if ((st = check_output(ctx, op, "db", db, s->b.batch, s->k, s->n, &p->db))) return st;
+    if ((st = check_no_overlap(op, "db", &p->db, "a", &s->a)) || (st = check_no_overlap(op, "db", &p->db, "b", &s->b)) ||
+        (st = check_no_overlap(op, "db", &p->db, "dc", &p->dc)))
+      return st;
+    if (da && (st = check_no_overlap(op, "db", &p->db, "da", &p->da))) return st;
+  }
+  p->convert_dc = memcmp(&dc->dtype, &a->dtype, sizeof a->dtype) != 0;
+  p->da_reduce = p->want_da && s->a.batch == 1 && s->batch > 1;
+  p->db_reduce = p->want_db && s->b.batch == 1 && s->batch > 1;
+  p->da_acc = p->da_reduce && !KILN_IS_F32(p->da.dtype);
+  p->db_acc = p->db_reduce && !KILN_IS_F32(p->db.dtype);
+  size_t off = 0;
+  if (p->convert_dc) {
+    p->off_dc = off;
+    off += align256((size_t)(s->batch * s->m * s->n) * 2);
+  }
+  if (p->da_acc) {
+    p->off_da = off;
+    off += align256((size_t)(s->m * s->k) * 4);
+  }
+  if (p->db_acc) {
+    p->off_db = off;
+    off += align256((size_t)(s->k * s->n) * 4);
+  }
+  p->bytes = off;
+  return KILN_OK;
+}
+
+kiln_status kiln_matmul_backward_workspace_size(kiln_context *ctx, const DLTensor *a, const DLTensor *b,
+                                                const DLTensor *dc, const DLTensor *da, const DLTensor *db,
+                                                size_t *bytes) {
+  const char *op = "kiln_matmul_backward_workspace_size";
+  kiln_status st = kiln_check_context(ctx, op);
+  if (st) return st;
+  if (!bytes) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL; pass a size_t*", op);
+  backward_plan p;
+  if ((st = plan_backward(ctx, op, a, b, dc, da, db, &p))) return st;
+  *bytes = p.bytes;
+  return KILN_OK;
+}
+
+/* A compact [rows, cols] (or [batch, rows, cols]) view of workspace memory. */
+static kiln_matrix workspace_matrix(char *base, DLDataType dt, int64_t batch, int64_t rows, int64_t cols) {
+  kiln_matrix m = {.data = base, .dtype = dt, .elem = kiln_dtype_size(dt), .batch = batch, .rows = rows,
+                   .cols = cols, .bs = batch > 1 ? rows * cols : 0, .rs = cols, .cs = 1};
+  m.span_bytes = batch * rows * cols * (int64_t)m.elem;
+  return m;
+}
+
+/* Converts a workspace f32 accumulator into the gradient's own dtype (the cast kernel). */
+static kiln_status cast_matrix(const kiln_context *ctx, const char *op, const kiln_matrix *src, const kiln_matrix *dst,
+                               CUstream stream) {
+  kiln_cast_args args = {.src = src->data, .dst = dst->data, .count = dst->rows * dst->cols,
+                         .src_dtype = kiln_dt_code(src->dtype), .dst_dtype = kiln_dt_code(dst->dtype)};
+  args.shape[0] = args.shape[1] = 1;
+  args.shape[2] = dst->rows;
+  args.shape[3] = dst->cols;
+  args.src_strides[2] = src->rs;
+  args.src_strides[3] = src->cs;
+  args.dst_strides[2] = dst->rs;
+  args.dst_strides[3] = dst->cs;
+  return kiln_cast_run(ctx, &args, stream, op);
+}
+
+static kiln_status run_backward(const kiln_context *ctx, const char *op, const backward_plan *p, const DLTensor *dc_t,
+                                char *ws, kiln_matmul_algo algo, CUstream stream) {
+  const matmul_shapes *s = &p->s;
+  kiln_status st;
+  kiln_matrix dc = p->dc;
+  if (p->convert_dc) { /* dC in A's dtype, compact, into the workspace */
+    kiln_matrix conv = workspace_matrix(ws + p->off_dc, s->a.dtype, s->batch, s->m, s->n);
+    DLTensor dst = *dc_t;
+    int64_t shape[3] = {s->batch, s->m, s->n};
+    dst.data = conv.data;
+    dst.byte_offset = 0;
+    dst.dtype = s->a.dtype;
+    dst.strides = NULL;
+    dst.shape = dc_t->ndim == 3 ? shape : shape + 1;
+    kiln_cast_args args;
+    if ((st = kiln_cast_prepare(ctx, op, dc_t, &dst, &args)) || (st = kiln_cast_run(ctx, &args, stream, op))) return st;
+    dc = conv;
+  }
+  DLDataType f32 = {kDLFloat, 32, 1};
+  if (p->want_da) { /* dA[M,K] = dC[M,N] · Bᵀ[N,K] */
+    kiln_matrix target = p->da_acc ? workspace_matrix(ws + p->off_da, f32, 1, s->m, s->k) : p->da;
+    if ((st = gemm_run(ctx, op, dc, kiln_matrix_transpose(s->b), target, s->batch, p->da_reduce, 1.f, 0.f, algo, stream)))
+      return st;
+    if (p->da_acc && (st = cast_matrix(ctx, op, &target, &p->da, stream))) return st;
+  }
+  if (p->want_db) { /* dB[K,N] = Aᵀ[K,M] · dC[M,N] */
+    kiln_matrix target = p->db_acc ? workspace_matrix(ws + p->off_db, f32, 1, s->k, s->n) : p->db;
+    if ((st = gemm_run(ctx, op, kiln_matrix_transpose(s->a), dc, target, s->batch, p->db_reduce, 1.f, 0.f, algo, stream)))
+      return st;
+    if (p->db_acc && (st = cast_matrix(ctx, op, &target, &p->db, stream))) return st;
+  }
+  return KILN_OK;
+}
+
+kiln_status kiln_matmul_backward(kiln_context *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *dc,
+                                 const DLTensor *da, const DLTensor *db, void *workspace, size_t workspace_bytes,
+                                 const kiln_matmul_opts *opts, CUstream stream) {
+  const char *op = "kiln_matmul_backward";
+  kiln_status st = kiln_check_context(ctx, op);
+  if (st) return st;
+  kiln_matmul_opts o = opts ? *opts : kiln_matmul_opts_default();
+  if ((st = check_algo(ctx, op, o.algo))) return st;
+  backward_plan p;
+  if ((st = plan_backward(ctx, op, a, b, dc, da, db, &p))) return st;
+  if (workspace_bytes < p.bytes || (p.bytes && !workspace))
+    return kiln_fail(KILN_ERROR_WORKSPACE,
+                     "%s: workspace is %zu bytes%s but this call needs %zu; size it with "
+                     "kiln_matmul_backward_workspace_size",
+                     op, workspace_bytes, workspace ? "" : " (NULL)", p.bytes);
+  if (p.bytes && (uintptr_t)workspace % 256 != 0)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: workspace %p is not 256-byte aligned; allocate it with "
+                     "cudaMalloc / torch.empty (256-byte aligned)", op, workspace);
+  if (ctx->device_type == kDLCPU) return run_backward(ctx, op, &p, dc, workspace, o.algo, stream);
+  kiln_ctx_scope scope;
+  if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
+  st = run_backward(ctx, op, &p, dc, workspace, o.algo, stream);
+  kiln_ctx_leave(ctx, &scope);
+  return st;
+}

@@ -1,0 +1,26 @@
+/*
+ * ops.h — helpers shared by the op files (validate -> choose kernel -> launch or CPU path).
+ */
+#ifndef KILN_OPS_H
+#define KILN_OPS_H
+
+#include "kiln_abi.h"
+#include "runtime/runtime.h"
+#include "tensor/tensor.h"
+
+/* The KILN_DT_* code of a float dtype, or -1 when it is not f32/f16/bf16. */
+static inline int kiln_dt_code(DLDataType t) {
+  if (KILN_IS_F32(t)) return KILN_DT_F32;
+  if (KILN_IS_F16(t)) return KILN_DT_F16;
+  if (KILN_IS_BF16(t)) return KILN_DT_BF16;
+  return -1;
+}
+
+/* Builds the args of a cast between two same-shape tensors (rank <= 4) after validation.
+ * Used by kiln_cast and by ops that convert an operand into workspace. */
+kiln_status kiln_cast_prepare(const kiln_context *ctx, const char *op, const DLTensor *src, const DLTensor *dst,
+                              kiln_cast_args *args);
+/* Enqueues a prepared cast (GPU) or runs it (CPU). The context has been entered on the GPU. */
+kiln_status kiln_cast_run(const kiln_context *ctx, const kiln_cast_args *args, CUstream stream, const char *op);
+
+#endif /* KILN_OPS_H */

@@ -1,0 +1,130 @@
+/*
+ * cuda_driver.h — the slice of the CUDA driver API that kiln uses, declared by kiln itself.
+ *
+ * kiln has no link-time CUDA dependency: libcuda.so.1 is dlopen'ed at first use and every entry
+ * point is resolved through cuGetProcAddress_v2 by its *base* name ("cuMemAlloc", not
+ * "cuMemAlloc_v2") at KILN_CUDA_ABI_VERSION. Asking by version is what selects the 64-bit _v2
+ * entry points; a plain dlsym("cuMemAlloc") would return the legacy 32-bit one.
+ *
+ * Types and enum values below match cuda.h of CUDA 12.0+ (tests/test_cuda_abi.c checks each one
+ * against the real cuda.h when the toolkit is installed).
+ */
+#ifndef KILN_CUDA_DRIVER_H
+#define KILN_CUDA_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln.h"
+
+/* The ABI the function pointer types below describe (CUDA 12.0). cuLibraryLoadData needs it. */
+#define KILN_CUDA_ABI_VERSION 12000
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef uint64_t CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUevent_st *CUevent;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+
+enum {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_INITIALIZED = 3,
+  CUDA_ERROR_STUB_LIBRARY = 34,
+  CUDA_ERROR_NO_DEVICE = 100,
+  CUDA_ERROR_INVALID_DEVICE = 101,
+  CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
+  CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222,
+  CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_NOT_FOUND = 500,
+};
+
+enum {
+  CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+  CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38,
+  CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+  CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+};
+
+enum {
+  CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1,
+  CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3,
+  CU_FUNC_ATTRIBUTE_NUM_REGS = 4,
+  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+};
+
+enum {
+  CU_STREAM_NON_BLOCKING = 1,
+  CU_EVENT_DEFAULT = 0,
+  CU_GET_PROC_ADDRESS_DEFAULT = 0,
+};
+
+/* Every driver function kiln calls: X(name, return, parameter list). The table is filled once by
+ * kiln_cuda_load(); a missing entry point makes the whole driver unusable (KILN_ERROR_NO_DRIVER). */
+#define KILN_CUDA_FUNCTIONS(X)                                                                          \
+  X(cuInit, (unsigned int flags))                                                                       \
+  X(cuDriverGetVersion, (int *version))                                                                 \
+  X(cuGetErrorName, (CUresult err, const char **name))                                                  \
+  X(cuGetErrorString, (CUresult err, const char **str))                                                 \
+  X(cuDeviceGetCount, (int *count))                                                                     \
+  X(cuDeviceGet, (CUdevice * dev, int ordinal))                                                         \
+  X(cuDeviceGetName, (char *name, int len, CUdevice dev))                                               \
+  X(cuDeviceGetAttribute, (int *value, int attrib, CUdevice dev))                                       \
+  X(cuDeviceTotalMem, (size_t * bytes, CUdevice dev))                                                   \
+  X(cuDevicePrimaryCtxRetain, (CUcontext * pctx, CUdevice dev))                                         \
+  X(cuDevicePrimaryCtxRelease, (CUdevice dev))                                                          \
+  X(cuCtxGetCurrent, (CUcontext * pctx))                                                                \
+  X(cuCtxPushCurrent, (CUcontext ctx))                                                                  \
+  X(cuCtxPopCurrent, (CUcontext * pctx))                                                                \
+  X(cuCtxSynchronize, (void))                                                                           \
+  X(cuLibraryLoadData, (CUlibrary * lib, const void *code, int *jit_options, void **jit_values,          \
+                        unsigned int n_jit, int *lib_options, void **lib_values, unsigned int n_lib))   \
+  X(cuLibraryUnload, (CUlibrary lib))                                                                   \
+  X(cuLibraryGetKernel, (CUkernel * kernel, CUlibrary lib, const char *name))                           \
+  X(cuKernelGetFunction, (CUfunction * fn, CUkernel kernel))                                            \
+  X(cuFuncGetAttribute, (int *value, int attrib, CUfunction fn))                                        \
+  X(cuFuncSetAttribute, (CUfunction fn, int attrib, int value))                                         \
+  X(cuLaunchKernel, (CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,    \
+                     unsigned bz, unsigned smem, CUstream stream, void **params, void **extra))         \
+  X(cuMemAlloc, (CUdeviceptr * ptr, size_t bytes))                                                      \
+  X(cuMemFree, (CUdeviceptr ptr))                                                                       \
+  X(cuMemGetInfo, (size_t * free_bytes, size_t *total_bytes))                                           \
+  X(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream))                   \
+  X(cuMemsetD8Async, (CUdeviceptr dst, unsigned char value, size_t n, CUstream stream))                 \
+  X(cuMemsetD16Async, (CUdeviceptr dst, unsigned short value, size_t n, CUstream stream))               \
+  X(cuMemsetD32Async, (CUdeviceptr dst, unsigned int value, size_t n, CUstream stream))                 \
+  X(cuStreamCreate, (CUstream * stream, unsigned int flags))                                            \
+  X(cuStreamDestroy, (CUstream stream))                                                                 \
+  X(cuStreamSynchronize, (CUstream stream))                                                             \
+  X(cuEventCreate, (CUevent * event, unsigned int flags))                                               \
+  X(cuEventRecord, (CUevent event, CUstream stream))                                                    \
+  X(cuEventSynchronize, (CUevent event))                                                                \
+  X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end))                                        \
+  X(cuEventDestroy, (CUevent event))
+
+typedef struct kiln_cuda_api {
+#define KILN_CUDA_MEMBER(name, params) CUresult (*name) params;
+  KILN_CUDA_FUNCTIONS(KILN_CUDA_MEMBER)
+#undef KILN_CUDA_MEMBER
+  int driver_version;
+} kiln_cuda_api;
+
+/* Loads the driver once (thread-safe) and returns the table, or NULL with the error set
+ * (KILN_ERROR_NO_DRIVER / KILN_ERROR_DRIVER_TOO_OLD / KILN_ERROR_CUDA from cuInit).
+ * *status receives the status. The caller names itself in `who` for the message. */
+const kiln_cuda_api *kiln_cuda(const char *who, kiln_status *status);
+
+/* Sets the thread's error from a failed driver call and returns KILN_ERROR_CUDA
+ * (KILN_ERROR_OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY). */
+kiln_status kiln_cuda_fail(const kiln_cuda_api *cu, CUresult r, const char *who, const char *call);
+
+/* The environment variable KILN_LIBCUDA, when set, names the driver library to dlopen instead of
+ * libcuda.so.1 (read once, at the first load). The fault tests use it to simulate a missing or
+ * broken driver. */
+
+#endif /* KILN_CUDA_DRIVER_H */

@@ -1,0 +1,199 @@
+/*
+ * memory.c — helpers for C users without a framework: streams, tensor allocation, copies.
+ * Ops never call these (an op only enqueues work on the caller's stream).
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+#include "../tensor/tensor.h"
+
+kiln_status kiln_stream_create(kiln_context *ctx, CUstream *out) {
+  kiln_status st = kiln_check_context(ctx, "kiln_stream_create");
+  if (st) return st;
+  if (!out) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_stream_create: out is NULL; pass a CUstream*");
+  *out = NULL;
+  if (ctx->device_type == kDLCPU) return KILN_OK;
+  kiln_ctx_scope scope;
+  if ((st = kiln_ctx_enter(ctx, &scope, "kiln_stream_create"))) return st;
+  CUresult r = ctx->cu->cuStreamCreate(out, CU_STREAM_NON_BLOCKING);
+  kiln_ctx_leave(ctx, &scope);
+  return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, "kiln_stream_create", "cuStreamCreate");
+}
+
+kiln_status kiln_stream_destroy(kiln_context *ctx, CUstream stream) {
+  kiln_status st = kiln_check_context(ctx, "kiln_stream_destroy");
+  if (st || ctx->device_type == kDLCPU || !stream) return st;
+  kiln_ctx_scope scope;
+  if ((st = kiln_ctx_enter(ctx, &scope, "kiln_stream_destroy"))) return st;
+  CUresult r = ctx->cu->cuStreamDestroy(stream);
+  kiln_ctx_leave(ctx, &scope);
+  return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, "kiln_stream_destroy", "cuStreamDestroy");
+}
+
+kiln_status kiln_stream_synchronize(kiln_context *ctx, CUstream stream) {
+  kiln_status st = kiln_check_context(ctx, "kiln_stream_synchronize");
+  if (st || ctx->device_type == kDLCPU) return st;
+  kiln_ctx_scope scope;
+  if ((st = kiln_ctx_enter(ctx, &scope, "kiln_stream_synchronize"))) return st;
+  CUresult r = ctx->cu->cuStreamSynchronize(stream);
+  kiln_ctx_leave(ctx, &scope);
+  return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, "kiln_stream_synchronize", "cuStreamSynchronize");
+}
+
+/* One allocation holds the managed tensor, its shape and strides; the data is separate. */
+typedef struct owned_tensor {
+  DLManagedTensorVersioned managed;
+  const kiln_context *ctx;
+  void *host_block; /* CPU: the malloc'ed block (data is aligned inside it) */
+  int64_t dims[2 * KILN_MAX_NDIM];
+} owned_tensor;
+
+static void owned_tensor_delete(DLManagedTensorVersioned *self) {
+  owned_tensor *t = (owned_tensor *)self->manager_ctx;
+  if (!t) return;
+  if (t->host_block) {
+    free(t->host_block);
+  } else if (t->managed.dl_tensor.data) {
+    const kiln_context *ctx = t->ctx;
+    kiln_ctx_scope scope;
+    if (kiln_ctx_enter(ctx, &scope, "kiln_tensor_free") == KILN_OK) {
+      ctx->cu->cuMemFree((CUdeviceptr)(uintptr_t)t->managed.dl_tensor.data);
+      kiln_ctx_leave(ctx, &scope);
+    }
+  }
+  free(t);
+}
+
+kiln_status kiln_tensor_empty(kiln_context *ctx, int32_t ndim, const int64_t *shape, DLDataType dtype,
+                              DLManagedTensorVersioned **out) {
+  const char *op = "kiln_tensor_empty";
+  kiln_status st = kiln_check_context(ctx, op);
+  if (st) return st;
+  if (!out) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out is NULL; pass a DLManagedTensorVersioned**", op);
+  *out = NULL;
+  if (ndim < 0 || ndim > KILN_MAX_NDIM)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: ndim is %d; expected 0..%d", op, (int)ndim, KILN_MAX_NDIM);
+  if (ndim > 0 && !shape) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: shape is NULL with ndim %d", op, (int)ndim);
+  char dn[48];
+  size_t elem = kiln_dtype_size(dtype);
+  if (!elem)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: dtype %s is not one kiln allocates", op,
+                     kiln_dtype_name(dtype, dn));
+  owned_tensor *t = calloc(1, sizeof *t);
+  if (!t) return kiln_fail(KILN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] < 0 || __builtin_mul_overflow(numel, shape[d], &numel)) {
+      free(t);
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: shape[%d] = %" PRId64 " is negative or the size overflows",
+                       op, d, shape[d]);
+    }
+    t->dims[d] = shape[d];
+  }
+  int64_t bytes;
+  if (__builtin_mul_overflow(numel, (int64_t)elem, &bytes) || bytes > INT64_MAX - 512) {
+    free(t);
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %" PRId64 " elements of %zu bytes overflow", op, numel, elem);
+  }
+  int64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    t->dims[KILN_MAX_NDIM + d] = stride;
+    stride *= shape[d] ? shape[d] : 1;
+  }
+  DLTensor *dl = &t->managed.dl_tensor;
+  void *data = NULL;
+  if (ctx->device_type == kDLCPU) {
+    t->host_block = malloc((size_t)bytes + 256);
+    if (!t->host_block) {
+      free(t);
+      return kiln_fail(KILN_ERROR_OUT_OF_MEMORY, "%s: could not allocate %" PRId64 " bytes of host memory", op, bytes);
+    }
+    data = (void *)(((uintptr_t)t->host_block + 255) & ~(uintptr_t)255);
+    dl->device = (DLDevice){kDLCPU, 0};
+  } else {
+    kiln_ctx_scope scope;
+    if ((st = kiln_ctx_enter(ctx, &scope, op))) {
+      free(t);
+      return st;
+    }
+    CUdeviceptr p = 0;
+    CUresult r = ctx->cu->cuMemAlloc(&p, bytes ? (size_t)bytes : 1); /* cuMemAlloc is 256-byte aligned */
+    kiln_ctx_leave(ctx, &scope);
+    if (r != CUDA_SUCCESS) {
+      free(t);
+      st = kiln_cuda_fail(ctx->cu, r, op, "cuMemAlloc");
+      return r == CUDA_ERROR_OUT_OF_MEMORY
+                 ? kiln_fail(KILN_ERROR_OUT_OF_MEMORY, "%s: out of device memory allocating %" PRId64 " bytes on %s",
+                             op, bytes, ctx->info.name)
+                 : st;
+    }
+    data = (void *)(uintptr_t)p;
+    dl->device = (DLDevice){kDLCUDA, ctx->ordinal};
+  }
+  t->ctx = ctx;
+  dl->data = data;
+  dl->ndim = ndim;
+  dl->dtype = dtype;
+  dl->shape = t->dims;
+  dl->strides = t->dims + KILN_MAX_NDIM;
+  dl->byte_offset = 0;
+  t->managed.version = (DLPackVersion){DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+  t->managed.manager_ctx = t;
+  t->managed.deleter = owned_tensor_delete;
+  *out = &t->managed;
+  return KILN_OK;
+}
+
+void kiln_tensor_free(DLManagedTensorVersioned *t) {
+  if (t && t->deleter) t->deleter(t);
+}
+
+static bool is_compact(const DLTensor *t) {
+  int64_t expect = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (t->shape[d] != 1 && kiln_tensor_stride(t, d) != expect) return false;
+    expect *= t->shape[d];
+  }
+  return true;
+}
+
+kiln_status kiln_tensor_copy(kiln_context *ctx, const DLTensor *src, const DLTensor *dst, CUstream stream) {
+  const char *op = "kiln_tensor_copy";
+  kiln_status st = kiln_check_context(ctx, op);
+  if (st) return st;
+  if (!dst || !src) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a DLTensor", op, dst ? "src" : "dst");
+  char a[160], b[160], da[48], db[48];
+  if (src->ndim != dst->ndim || memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)src->ndim) != 0)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: dst has shape %s but src has shape %s; they must match", op,
+                     kiln_shape_str(dst, a, sizeof a), kiln_shape_str(src, b, sizeof b));
+  if (memcmp(&src->dtype, &dst->dtype, sizeof src->dtype) != 0)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: dst is %s but src is %s; use kiln_cast to convert", op,
+                     kiln_dtype_name(dst->dtype, da), kiln_dtype_name(src->dtype, db));
+  if (!is_compact(src) || !is_compact(dst))
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not compact row-major; copy supports compact tensors only",
+                     op, is_compact(src) ? "dst" : "src");
+  int64_t numel = 1;
+  for (int d = 0; d < src->ndim; d++) numel *= src->shape[d];
+  size_t bytes = (size_t)numel * kiln_dtype_size(src->dtype);
+  if (bytes == 0) return KILN_OK;
+  if (!src->data || !dst->data) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: data is NULL", op);
+  bool host_src = src->device.device_type != kDLCUDA, host_dst = dst->device.device_type != kDLCUDA;
+  if (ctx->device_type == kDLCPU) {
+    if (!host_src || !host_dst)
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: a GPU tensor was given to a CPU context; use a CUDA context",
+                       op);
+    memmove(kiln_tensor_data(dst), kiln_tensor_data(src), bytes);
+    return KILN_OK;
+  }
+  if ((!host_src && src->device.device_id != ctx->ordinal) || (!host_dst && dst->device.device_id != ctx->ordinal))
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: a tensor is on another CUDA device than the context's (%d)", op,
+                     ctx->ordinal);
+  kiln_ctx_scope scope;
+  if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
+  CUresult r = ctx->cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)kiln_tensor_data(dst),
+                                      (CUdeviceptr)(uintptr_t)kiln_tensor_data(src), bytes, stream);
+  kiln_ctx_leave(ctx, &scope);
+  return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuMemcpyAsync");
+}

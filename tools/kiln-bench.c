@@ -1,0 +1,124 @@
+/*
+ * kiln-bench.c — the benchmark program: dispatches to one subcommand per op family.
+ * To add one (quant, qkv, attention): write tools/bench/bench_<name>.c with
+ * bench_<name>_main and bench_<name>_usage, declare them in bench.h, add a line to `commands`.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdio.h>
+#include <string.h>
+
+#include "bench/bench.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* copy: the device's practical memory bandwidth, which other subcommands' GB/s are read against */
+/* ------------------------------------------------------------------------------------------ */
+static const char copy_usage[] =
+    "usage: kiln-bench copy [options]\n"
+    "  Device-to-device cuMemcpyAsync from one half of a buffer to the other; reports\n"
+    "  (bytes read + bytes written) / time.\n"
+    "  --size MIB       the whole buffer in MiB (default 2048: 1 GiB copied per call)\n" BENCH_COMMON_USAGE;
+
+typedef struct copy_call {
+  bench_env *env;
+  CUdeviceptr src, dst;
+  size_t bytes;
+} copy_call;
+
+static int copy_call_fn(void *user, int iter) {
+  (void)iter; /* the buffer is far larger than L2: no rotation needed */
+  copy_call *cc = user;
+  return bench_cu_check(cc->env, cc->env->cu->cuMemcpyAsync(cc->dst, cc->src, cc->bytes, cc->env->stream),
+                        "cuMemcpyAsync (device to device)");
+}
+
+static int copy_main(int argc, char **argv) {
+  bench_common common;
+  bench_common_init(&common);
+  long long size_mib = 2048;
+  for (int i = 1; i < argc; i++) {
+    int c = bench_parse_common(argc, argv, &i, &common);
+    if (c < 0) return 2;
+    if (c > 0) continue;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(copy_usage, stdout);
+      return 0;
+    }
+    char tail = 0;
+    if (!strcmp(argv[i], "--size") && i + 1 < argc && sscanf(argv[i + 1], "%lld%c", &size_mib, &tail) == 1 &&
+        size_mib >= 2 && size_mib <= (1ll << 20)) {
+      i++;
+      continue;
+    }
+    fprintf(stderr, "kiln-bench copy: bad option or value \"%s%s%s\" (see kiln-bench copy --help)\n", argv[i],
+            i + 1 < argc ? " " : "", i + 1 < argc ? argv[i + 1] : "");
+    return 2;
+  }
+
+  bench_env env;
+  if (bench_env_open(&env, &common, 0)) {
+    bench_env_close(&env);
+    return 1;
+  }
+  size_t total = (size_t)size_mib << 20;
+  copy_call cc = {&env, 0, 0, total / 2};
+  if (!bench_alloc(&env, total, &cc.src) && !bench_fill_random(&env, cc.src, cc.bytes / 4, BENCH_F32, 7)) {
+    cc.dst = cc.src + cc.bytes;
+    char shape[48];
+    snprintf(shape, sizeof shape, "%lld MiB", (long long)(cc.bytes >> 20));
+    bench_row row;
+    bench_row_init(&row, "copy", shape, "bytes", "memcpy", BENCH_GBPS, 2.0 * (double)cc.bytes);
+    snprintf(row.note, sizeof row.note, "D2D cuMemcpyAsync, read + write");
+    bench_table_header(BENCH_GBPS);
+    if (!bench_time(&env, env.stream, copy_call_fn, &cc, bench_default_reps(&env), &row.kiln)) bench_report(&env, &row);
+  }
+  bench_free(&env, cc.src);
+  return bench_env_close(&env);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Dispatch                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct command {
+  const char *name;
+  const char *summary;
+  int (*main)(int argc, char **argv); /* argv[0] is the subcommand's name */
+  const char *usage;
+} command;
+
+static const command commands[] = {
+    {"copy", "device-to-device copy bandwidth (the reference for GB/s figures)", copy_main, copy_usage},
+    {"matmul", "kiln_matmul against cublasGemmEx, square and LLM shapes", bench_matmul_main, bench_matmul_usage},
+};
+#define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: kiln-bench <command> [options]   (kiln-bench <command> --help for its options)\n"
+          "Times kiln's ops with CUDA events against a peer library (cuBLAS, loaded at run time).\n"
+          "The first output line names the device; --json FILE writes machine-readable results.\n"
+          "commands:\n");
+  for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    if (argc > 2)
+      for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(argv[2], commands[i].name)) {
+          fputs(commands[i].usage, stdout);
+          return 0;
+        }
+    usage(stdout);
+    return 0;
+  }
+  for (int i = 0; i < N_COMMANDS; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].main(argc - 1, argv + 1);
+  fprintf(stderr, "kiln-bench: unknown command \"%s\"\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
