@@ -16,7 +16,7 @@ void kiln_cpu_cast(const kiln_cast_args *args);
 
 /* C = alpha·A·B + beta·C over the views (fp32 accumulation in the order k = 0..K-1, as the
  * kernels' reference). Views are already validated and broadcast-normalized. */
-kiln_status kiln_cpu_gemm(const kiln_matrix *a, const kiln_matrix *b, const kiln_matrix *c, int64_t batch, float alpha,
-                   float beta);
+kiln_status kiln_cpu_gemm(const char *op, const kiln_matrix *a, const kiln_matrix *b, const kiln_matrix *c,
+                          int64_t batch, float alpha, float beta);
 
 #endif /* KILN_CPU_H */

@@ -12,15 +12,15 @@
 #include "cpu.h"
 #include "ops/ops.h"
 
-kiln_status kiln_cpu_gemm(const kiln_matrix *a, const kiln_matrix *b, const kiln_matrix *c, int64_t batch,
-                          float alpha, float beta) {
+kiln_status kiln_cpu_gemm(const char *op, const kiln_matrix *a, const kiln_matrix *b, const kiln_matrix *c,
+                          int64_t batch, float alpha, float beta) {
   const int64_t M = a->rows, K = a->cols, N = b->cols;
   const int adt = kiln_dt_code(a->dtype), bdt = kiln_dt_code(b->dtype), cdt = kiln_dt_code(c->dtype);
   float *pa = malloc(sizeof(float) * (size_t)(M * K)), *pb = malloc(sizeof(float) * (size_t)(N * K));
   if (!pa || !pb) {
     free(pa);
     free(pb);
-    return kiln_fail(KILN_ERROR_OUT_OF_MEMORY, "kiln_matmul: out of host memory for the CPU path's f32 panels");
+    return kiln_fail(KILN_ERROR_OUT_OF_MEMORY, "%s: out of host memory for the CPU path's f32 panels", op);
   }
   for (int64_t bi = 0; bi < batch; bi++) {
     const char *A = a->data + bi * a->bs * (int64_t)a->elem, *B = b->data + bi * b->bs * (int64_t)b->elem;

@@ -32,6 +32,9 @@ kiln_status kiln_cast_prepare(const kiln_context *ctx, const char *op, const DLT
   args->dst_dtype = dd;
   args->count = 1;
   int pad = 4 - src->ndim; /* right-align the dimensions in the rank-4 index space */
+  for (int d = 0; d < src->ndim; d++) args->count *= src->shape[d];
+  if (args->count == 0) return KILN_OK; /* nothing to convert: strides do not matter */
+  args->count = 1;
   int64_t src_span = 0, dst_span = 0;
   for (int d = 0; d < 4; d++) {
     int s = d - pad;

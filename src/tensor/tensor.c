@@ -172,7 +172,11 @@ bool kiln_matrix_overlap(const kiln_matrix *x, const kiln_matrix *y) {
 }
 
 bool kiln_matrix_aligned16(const kiln_matrix *m) {
-  int64_t ld_bytes = kiln_matrix_ld(m) * (int64_t)m->elem, bs_bytes = m->bs * (int64_t)m->elem;
+  /* A leading dimension over a single row (column) addresses nothing, nor does a batch stride
+   * over a single matrix: only strides that are used must be aligned. */
+  const int64_t outer = m->cs == 1 ? m->rows : m->cols;
+  const int64_t ld_bytes = outer > 1 ? kiln_matrix_ld(m) * (int64_t)m->elem : 0;
+  const int64_t bs_bytes = m->batch > 1 ? m->bs * (int64_t)m->elem : 0;
   return (uintptr_t)m->data % 16 == 0 && ld_bytes % 16 == 0 && bs_bytes % 16 == 0;
 }
 

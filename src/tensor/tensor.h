@@ -30,7 +30,8 @@ const char *kiln_shape_str(const DLTensor *t, char *buf, size_t size);
 
 /* The element stride of dimension d (compact row-major when strides == NULL). */
 int64_t kiln_tensor_stride(const DLTensor *t, int d);
-static inline char *kiln_tensor_data(const DLTensor *t) { return (char *)t->data + t->byte_offset; }
+/* data + byte_offset, computed on integers so that an empty tensor with NULL data is not UB. */
+static inline char *kiln_tensor_data(const DLTensor *t) { return (char *)((uintptr_t)t->data + t->byte_offset); }
 
 /* Checks what every tensor argument needs: non-NULL, on the context's device, a sane rank,
  * non-negative shape and strides, dtype with one lane, non-NULL data when non-empty.
