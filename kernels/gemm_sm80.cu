@@ -17,12 +17,12 @@
 
 namespace kiln {
 
-constexpr int BK = KILN_GEMM_BK, THREADS = KILN_GEMM_THREADS, WARPS_M = 2, WARPS_N = 4;
+constexpr int THREADS = KILN_GEMM_THREADS, WARPS_M = 2, WARPS_N = 4;
 static_assert(WARPS_M * WARPS_N * 32 == THREADS, "8 warps");
 
 /* The operand loaders of a tile shape: A is [BM][BK] (k-major) or [BK][BM]; B is [BN][BK]
  * (k-major) or [BK][BN]. slice() places them on the K slice starting at k0. */
-template <int BM, int BN, bool A_K, bool B_K>
+template <int BM, int BN, int BK, bool A_K, bool B_K>
 struct Operands {
   TileLoader<A_K ? BM : BK, A_K ? BK : BM, THREADS> a;
   TileLoader<B_K ? BN : BK, B_K ? BK : BN, THREADS> b;
@@ -68,9 +68,10 @@ template <bool BF16, bool A_K, bool B_K, Feed FEED>
 __device__ __forceinline__ void gemm(const kiln_gemm_args &p) {
   constexpr bool CPA = FEED == Feed::CpAsync;
   constexpr int BM = CPA ? KILN_GEMM_CPA_BM : KILN_GEMM_MMA_BM, BN = CPA ? KILN_GEMM_CPA_BN : KILN_GEMM_MMA_BN;
+  constexpr int BK = CPA ? KILN_GEMM_CPA_BK : KILN_GEMM_MMA_BK;
   constexpr int STAGES = CPA ? KILN_GEMM_CPA_STAGES : KILN_GEMM_MMA_STAGES;
   constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MT = WM / 16, NT = WN / 8;
-  constexpr int A_ELEMS = KILN_GEMM_TILE_ELEMS(BM, A_K), B_ELEMS = KILN_GEMM_TILE_ELEMS(BN, B_K);
+  constexpr int A_ELEMS = KILN_GEMM_TILE_ELEMS(BM, BK, A_K), B_ELEMS = KILN_GEMM_TILE_ELEMS(BN, BK, B_K);
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t *sa = smem, *sb = smem + STAGES * A_ELEMS;
 
@@ -94,7 +95,7 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p) {
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
 
-    Operands<BM, BN, A_K, B_K> op(p, m0, n0);
+    Operands<BM, BN, BK, A_K, B_K> op(p, m0, n0);
 
     if constexpr (FEED == Feed::CpAsync) {
       /* Prologue: STAGES-1 slices in flight. A group is committed every step, even an empty one,
@@ -119,7 +120,7 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p) {
         }
         cp_async_commit();
         const int s = kt % STAGES;
-        warp_mma_slice<BF16, A_K, B_K, BM, BN, MT, NT>(acc, sa + s * A_ELEMS, sb + s * B_ELEMS, wm0, wn0, lane);
+        warp_mma_slice<BF16, A_K, B_K, BM, BN, BK, MT, NT>(acc, sa + s * A_ELEMS, sb + s * B_ELEMS, wm0, wn0, lane);
       }
       cp_async_wait<0>();
     } else {
@@ -139,7 +140,7 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p) {
           op.b.template load<VEC>(rb, tid);
         }
         const int s = kt % 2;
-        warp_mma_slice<BF16, A_K, B_K, BM, BN, MT, NT>(acc, sa + s * A_ELEMS, sb + s * B_ELEMS, wm0, wn0, lane);
+        warp_mma_slice<BF16, A_K, B_K, BM, BN, BK, MT, NT>(acc, sa + s * A_ELEMS, sb + s * B_ELEMS, wm0, wn0, lane);
         if (more) {
           op.a.store(sa + (s ^ 1) * A_ELEMS, ra, tid);
           op.b.store(sb + (s ^ 1) * B_ELEMS, rb, tid);
@@ -155,9 +156,12 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p) {
 } /* namespace kiln */
 
 /* The exported kernels: one per (algo, dtype, A layout, B layout), named as kernel_list.h says. */
-#define KILN_GEMM_ENTRY(name, bf16, ak, bk, feed)                                                         \
-  extern "C" __global__ void __launch_bounds__(KILN_GEMM_THREADS, 1) name(const kiln_gemm_args args) { \
-    kiln::gemm<bf16, ak, bk, kiln::Feed::feed>(args);                                                     \
+#define KILN_GEMM_ENTRY(name, bf16, ak, bk, feed)                                                       \
+  extern "C" __global__ void __launch_bounds__(                                                         \
+      KILN_GEMM_THREADS, kiln::Feed::feed == kiln::Feed::CpAsync ? KILN_GEMM_CPA_BLOCKS_PER_SM            \
+                                                                 : KILN_GEMM_MMA_BLOCKS_PER_SM)           \
+      name(const kiln_gemm_args args) {                                                                 \
+    kiln::gemm<bf16, ak, bk, kiln::Feed::feed>(args);                                                   \
   }
 #define KILN_GEMM_LAYOUTS(prefix, bf16, suffix, feed)               \
   KILN_GEMM_ENTRY(prefix##_kk##suffix, bf16, true, true, feed)      \

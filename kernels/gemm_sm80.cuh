@@ -4,10 +4,10 @@
  * MMA_SYNC and CP_ASYNC kernels; later kernels (quantized, attention) reuse the same pieces.
  *
  * The math. mma.sync.m16n8k16 multiplies a 16x16 A fragment by a 16x8 B fragment into a 16x8
- * fp32 accumulator held 4 floats per lane. A warp owns a 64x64 patch of C (4 x 8 of those
- * fragments, 128 fp32 registers); 8 warps (2 along M, 4 along N) own the block's 128x256 tile.
- * Each BK = 32 slice of K is two k16 steps; per step a warp issues 4 ldmatrix.x4 for A, 4 for B
- * and 32 MMAs, so shared-memory traffic per MMA is a quarter of a 16x8x16 naive load.
+ * fp32 accumulator held 4 floats per lane. A warp owns a 64x64 (or 64x32) patch of C: 4 x 8
+ * of those fragments, 128 fp32 registers; 8 warps (2 along M, 4 along N) own the block's tile.
+ * Each BK slice of K is BK/16 k16 steps; per step a 64x64 warp issues 4 ldmatrix.x4 for A, 4
+ * for B and 32 MMAs, so shared-memory traffic per MMA is a quarter of a naive fragment load.
  *
  * Layouts. Every operand is consumed in its global orientation: a tile whose contiguous global
  * dimension is K is stored [MN][BK] and read with ldmatrix; one whose contiguous dimension is
@@ -99,22 +99,27 @@ struct TileLoader {
   }
 
   /* Register-staged path: VEC uses one 16-byte load per full chunk (aligned rows); otherwise
-   * (and for chunks cut by the edge) elements are loaded one by one. */
+   * (and for chunks cut by the edge) elements are loaded one by one. Words are assembled in
+   * 32-bit registers from a zeroed start, so an element never loaded is exactly zero.
+   * Plain loads, not __ldg: the compiler may speculate a non-coherent load out of its branch,
+   * and here the branch is what keeps an edge chunk's address inside the matrix. */
   template <bool VEC>
   KILN_DEVICE void load(uint4 (&regs)[ITERS], int tid) const {
 #pragma unroll
     for (int it = 0; it < ITERS; it++) {
       int r = chunk_row(tid, it), c = chunk_col(tid, it), v = valid(r, c);
       const uint16_t *src = g + r * ld + c;
+      uint4 val = make_uint4(0u, 0u, 0u, 0u);
       if (VEC && v == 8) {
-        regs[it] = __ldg(reinterpret_cast<const uint4 *>(src));
-      } else {
-        uint16_t e[8];
+        val = *reinterpret_cast<const uint4 *>(src);
+      } else if (v > 0) {
+        uint32_t w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-        for (int i = 0; i < 8; i++) e[i] = i < v ? src[i] : (uint16_t)0;
-        regs[it] = make_uint4(e[0] | (uint32_t)e[1] << 16, e[2] | (uint32_t)e[3] << 16, e[4] | (uint32_t)e[5] << 16,
-                              e[6] | (uint32_t)e[7] << 16);
+        for (int i = 0; i < 8; i++)
+          if (i < v) w[i / 2] |= (uint32_t)src[i] << (16 * (i % 2));
+        val = make_uint4(w[0], w[1], w[2], w[3]);
       }
+      regs[it] = val;
     }
   }
   KILN_DEVICE void store(uint16_t *s, const uint4 (&regs)[ITERS], int tid) const {
@@ -129,10 +134,10 @@ struct TileLoader {
 /* ---------------------------------------------------------------------------------------- */
 /* A fragment for rows [m0, m0+16) and k [k0, k0+16) of the block's A tile. K_MAJOR: the tile is
  * stored [BM][BK+PAD]; else [BK][BM+PAD] and read transposed. */
-template <bool K_MAJOR, int BM>
+template <bool K_MAJOR, int BM, int BK>
 KILN_DEVICE void load_a_frag(uint32_t (&a)[4], const uint16_t *s, int m0, int k0, int lane) {
   if (K_MAJOR) {
-    constexpr int P = KILN_GEMM_BK + KILN_GEMM_PAD;
+    constexpr int P = BK + KILN_GEMM_PAD;
     ldmatrix_x4<false>(a, smem_u32(s + (m0 + lane % 16) * P + k0 + lane / 16 * 8));
   } else {
     constexpr int P = BM + KILN_GEMM_PAD;
@@ -143,12 +148,12 @@ KILN_DEVICE void load_a_frag(uint32_t (&a)[4], const uint16_t *s, int m0, int k0
 
 /* B fragments for columns [n0, n0+16) (two n8 fragments) and k [k0, k0+16). K_MAJOR: stored
  * [BN][BK+PAD]; else [BK][BN+PAD] and read transposed. */
-template <bool K_MAJOR, int BN>
+template <bool K_MAJOR, int BN, int BK>
 KILN_DEVICE void load_b_frag_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const uint16_t *s, int n0, int k0, int lane) {
   uint32_t r4[4];
   int j = lane / 8, r = lane % 8;
   if (K_MAJOR) {
-    constexpr int P = KILN_GEMM_BK + KILN_GEMM_PAD;
+    constexpr int P = BK + KILN_GEMM_PAD;
     ldmatrix_x4<false>(r4, smem_u32(s + (n0 + r + j / 2 * 8) * P + k0 + j % 2 * 8));
   } else {
     constexpr int P = BN + KILN_GEMM_PAD;
@@ -160,21 +165,29 @@ KILN_DEVICE void load_b_frag_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const ui
   b1[1] = r4[3];
 }
 
-/* One BK slice of the warp's 64x64 (MT*16 x NT*8) product from the stage's A and B tiles. */
-template <bool BF16, bool A_K, bool B_K, int BM, int BN, int MT, int NT>
+/* One BK slice of the warp's (MT*16 x NT*8) product from the stage's A and B tiles.
+ * Fragments are double-buffered across the k16 steps: step ks+1's ldmatrix are issued before
+ * step ks's MMAs, so shared-memory latency overlaps the tensor-core work. */
+template <bool BF16, bool A_K, bool B_K, int BM, int BN, int BK, int MT, int NT>
 KILN_DEVICE void warp_mma_slice(float (&acc)[MT][NT][4], const uint16_t *sa, const uint16_t *sb, int wm0, int wn0,
                                 int lane) {
+  uint32_t a[2][MT][4], b[2][NT][2];
+  auto load = [&](int buf, int ks) {
 #pragma unroll
-  for (int ks = 0; ks < KILN_GEMM_BK; ks += 16) {
-    uint32_t a[MT][4], b[NT][2];
+    for (int i = 0; i < MT; i++) load_a_frag<A_K, BM, BK>(a[buf][i], sa, wm0 + i * 16, ks, lane);
 #pragma unroll
-    for (int i = 0; i < MT; i++) load_a_frag<A_K, BM>(a[i], sa, wm0 + i * 16, ks, lane);
+    for (int j = 0; j < NT; j += 2)
+      load_b_frag_pair<B_K, BN, BK>(b[buf][j], b[buf][j + 1], sb, wn0 + j * 8, ks, lane);
+  };
+  load(0, 0);
 #pragma unroll
-    for (int j = 0; j < NT; j += 2) load_b_frag_pair<B_K, BN>(b[j], b[j + 1], sb, wn0 + j * 8, ks, lane);
+  for (int step = 0; step < BK / 16; step++) {
+    const int cur = step % 2;
+    if (step + 1 < BK / 16) load(cur ^ 1, (step + 1) * 16);
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
-      for (int j = 0; j < NT; j++) mma_16816<BF16>(acc[i][j], a[i], b[j]);
+      for (int j = 0; j < NT; j++) mma_16816<BF16>(acc[i][j], a[cur][i], b[cur][j]);
   }
 }
 

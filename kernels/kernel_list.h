@@ -23,6 +23,8 @@
   KILN_GEMM_KERNELS_FOR(X, mma, f16, _scalar)            \
   KILN_GEMM_KERNELS_FOR(X, mma, bf16, _scalar)           \
   KILN_GEMM_KERNELS_FOR(X, cpasync, f16, )               \
-  KILN_GEMM_KERNELS_FOR(X, cpasync, bf16, )
+  KILN_GEMM_KERNELS_FOR(X, cpasync, bf16, )             \
+  KILN_GEMM_KERNELS_FOR(X, wgmma, f16, )                 \
+  KILN_GEMM_KERNELS_FOR(X, wgmma, bf16, )
 
 #endif /* KILN_KERNEL_LIST_H */

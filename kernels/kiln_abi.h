@@ -33,24 +33,59 @@ typedef struct kiln_gemm_args {
  * with KILN_GEMM_SMEM_BYTES. A block computes a BM x BN tile of C with 8 warps (2 along M x 4
  * along N), stepping through K in BK slices. Shared-memory rows are padded by KILN_GEMM_PAD
  * elements (16 bytes) so that ldmatrix's eight 16-byte row reads hit eight different bank groups.
- *   MMA_SYNC: 128 x 128 (warp 64 x 32), 2 stages: its register staging needs the headroom.
- *   CP_ASYNC: 128 x 256 (warp 64 x 64), 4 stages: nothing staged in registers. */
-#define KILN_GEMM_BK 32
+ *   MMA_SYNC: 128 x 128 x 32 (warp 64 x 32), 2 stages, 2 blocks per SM: with synchronous loads
+ *             the latency is hidden by the other block, so registers are capped at 128.
+ *   CP_ASYNC: 128 x 256 x 64 (warp 64 x 64), 3 stages, 1 block per SM: cp.async keeps two
+ *             slices in flight, and BK = 64 halves the per-slice barrier and address work. */
 #define KILN_GEMM_PAD 8
 #define KILN_GEMM_THREADS 256
+#ifndef KILN_GEMM_MMA_BM /* overridable for tuning experiments (scripts/gemm-ladder.sh) */
 #define KILN_GEMM_MMA_BM 128
+#endif
+#ifndef KILN_GEMM_MMA_BN
 #define KILN_GEMM_MMA_BN 128
+#endif
+#ifndef KILN_GEMM_MMA_BK
+#define KILN_GEMM_MMA_BK 32
+#endif
+#ifndef KILN_GEMM_MMA_STAGES
 #define KILN_GEMM_MMA_STAGES 2
+#endif
+#ifndef KILN_GEMM_MMA_BLOCKS_PER_SM
+#define KILN_GEMM_MMA_BLOCKS_PER_SM 2
+#endif
+#ifndef KILN_GEMM_CPA_BM
 #define KILN_GEMM_CPA_BM 128
+#endif
+#ifndef KILN_GEMM_CPA_BN
 #define KILN_GEMM_CPA_BN 256
-#define KILN_GEMM_CPA_STAGES 4
+#endif
+#ifndef KILN_GEMM_CPA_BK
+#define KILN_GEMM_CPA_BK 64
+#endif
+#ifndef KILN_GEMM_CPA_STAGES
+#define KILN_GEMM_CPA_STAGES 3
+#endif
+#ifndef KILN_GEMM_CPA_BLOCKS_PER_SM
+#define KILN_GEMM_CPA_BLOCKS_PER_SM 1
+#endif
+
+/* The sm_90a WGMMA kernels (kernels/gemm_sm90.cu): 128 x 256 x 64 tiles, a producer warpgroup
+ * and two consumer warpgroups, a 4-stage TMA ring (48 KB a stage) plus 1 KB of alignment slack
+ * and the mbarriers. */
+#define KILN_GEMM_WG_BM 128
+#define KILN_GEMM_WG_BN 256
+#define KILN_GEMM_WG_BK 64
+#define KILN_GEMM_WG_STAGES 4
+#define KILN_GEMM_WG_THREADS 384
+#define KILN_GEMM_WG_SMEM_BYTES \
+  (KILN_GEMM_WG_STAGES * (KILN_GEMM_WG_BM + KILN_GEMM_WG_BN) * KILN_GEMM_WG_BK * 2 + 1024 + 2 * KILN_GEMM_WG_STAGES * 8)
 
 /* Elements of one stage's A or B tile: a k-major operand is stored [MN][BK], an m/n-major one
  * [BK][MN], each row padded. */
-#define KILN_GEMM_TILE_ELEMS(mn, kmajor) \
-  ((kmajor) ? (mn) * (KILN_GEMM_BK + KILN_GEMM_PAD) : KILN_GEMM_BK * ((mn) + KILN_GEMM_PAD))
-#define KILN_GEMM_SMEM_BYTES(stages, bm, bn, a_kmajor, b_kmajor) \
-  ((stages) * 2 * (KILN_GEMM_TILE_ELEMS(bm, a_kmajor) + KILN_GEMM_TILE_ELEMS(bn, b_kmajor)))
+#define KILN_GEMM_TILE_ELEMS(mn, bk, kmajor) ((kmajor) ? (mn) * ((bk) + KILN_GEMM_PAD) : (bk) * ((mn) + KILN_GEMM_PAD))
+#define KILN_GEMM_SMEM_BYTES(stages, bm, bn, bk, a_kmajor, b_kmajor) \
+  ((stages) * 2 * (KILN_GEMM_TILE_ELEMS(bm, bk, a_kmajor) + KILN_GEMM_TILE_ELEMS(bn, bk, b_kmajor)))
 
 /* dst[i] = convert(src[i]) over a rank <= 4 index space, any strides (in elements). */
 typedef struct kiln_cast_args {

@@ -41,24 +41,53 @@ static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matm
                      "%s: algo %s needs a CUDA device but the context is the CPU's; use KILN_MATMUL_AUTO for CPU "
                      "tensors",
                      op, algo_name(algo));
-  if (algo == KILN_MATMUL_WGMMA)
+  if (algo == KILN_MATMUL_WGMMA && ctx->arch != 90)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: algo WGMMA is not in this build of kiln (the sm_90a kernels are not written yet); use "
-                     "KILN_MATMUL_AUTO, _MMA_SYNC or _CP_ASYNC",
-                     op);
+                     "%s: algo WGMMA needs an sm_90 GPU (Hopper: H100, H200) but %s is sm_%d; use KILN_MATMUL_AUTO, "
+                     "_MMA_SYNC or _CP_ASYNC",
+                     op, ctx->info.name, ctx->arch);
   return KILN_OK;
 }
 
 /* The kernel for an algo, dtype and layout; kernel_list.h orders each group kk, kn, mk, mn. */
 static kiln_kernel_id gemm_kernel(kiln_matmul_algo algo, bool bf16, bool a_k, bool b_k, bool aligned) {
   kiln_kernel_id base;
-  if (algo == KILN_MATMUL_CP_ASYNC)
+  if (algo == KILN_MATMUL_WGMMA)
+    base = bf16 ? KILN_K_GEMM_wgmma_bf16_KK : KILN_K_GEMM_wgmma_f16_KK;
+  else if (algo == KILN_MATMUL_CP_ASYNC)
     base = bf16 ? KILN_K_GEMM_cpasync_bf16_KK : KILN_K_GEMM_cpasync_f16_KK;
   else if (aligned)
     base = bf16 ? KILN_K_GEMM_mma_bf16_KK : KILN_K_GEMM_mma_f16_KK;
   else
     base = bf16 ? KILN_K_GEMM_mma_bf16_KK_scalar : KILN_K_GEMM_mma_f16_KK_scalar;
   return (kiln_kernel_id)(base + (a_k ? 0 : 2) + (b_k ? 0 : 1));
+}
+
+/* A TMA descriptor for one operand: dimension 0 is the operand's contiguous one, dimension 1 the
+ * other, dimension 2 the batch (absent when the operand broadcasts). The box is 64 elements (128
+ * bytes, the swizzle width) along dimension 0 and box_outer along dimension 1. */
+static kiln_status encode_operand_map(const kiln_context *ctx, const char *op, const char *name, const kiln_matrix *m,
+                                      uint32_t box_outer, kiln_tensor_map *map) {
+  const bool cols_contiguous = m->cs == 1;
+  uint64_t dims[3] = {(uint64_t)(cols_contiguous ? m->cols : m->rows), (uint64_t)(cols_contiguous ? m->rows : m->cols),
+                      (uint64_t)m->batch};
+  uint64_t strides[2] = {(uint64_t)(kiln_matrix_ld(m) * (int64_t)m->elem), (uint64_t)(m->bs * (int64_t)m->elem)};
+  /* TMA wants every stride a multiple of 16 bytes, even one over a dimension of size 1, which
+   * addresses nothing (kiln_matrix_aligned16 does not check those): round it up. */
+  strides[0] = (strides[0] + 15) & ~15ull;
+  strides[1] = (strides[1] + 15) & ~15ull;
+  const uint32_t rank = m->bs != 0 ? 3 : 2;
+  const uint32_t box[3] = {64, box_outer, 1}, unit[3] = {1, 1, 1};
+  if (strides[0] >= (1ull << 40) || strides[1] >= (1ull << 40) || dims[0] > UINT32_MAX || dims[1] > UINT32_MAX)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: algo WGMMA: %s's strides (%" PRIu64 " and %" PRIu64 " bytes) exceed what TMA addresses "
+                     "(2^40); use KILN_MATMUL_CP_ASYNC or AUTO",
+                     op, name, strides[0], strides[1]);
+  CUresult r = ctx->cu->cuTensorMapEncodeTiled(
+      map, KILN_IS_BF16(m->dtype) ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, rank, m->data,
+      dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
 }
 
 /* C = alpha·A·B + beta·C over `batch` matrices (views already validated, batch strides 0 where
@@ -78,7 +107,7 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
     }
     return KILN_OK;
   }
-  if (ctx->device_type == kDLCPU) return kiln_cpu_gemm(&A, &B, &C, batch, alpha, beta);
+  if (ctx->device_type == kDLCPU) return kiln_cpu_gemm(op, &A, &B, &C, batch, alpha, beta);
 
   /* The kernels write C row-major. A column-major C is computed as Cᵀ = Bᵀ·Aᵀ. */
   if (!kiln_matrix_row_major(&C)) {
@@ -89,7 +118,16 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
   }
   const bool a_k = A.cs == 1, b_k = B.rs == 1;
   const bool aligned = kiln_matrix_aligned16(&A) && kiln_matrix_aligned16(&B);
-  if (algo == KILN_MATMUL_AUTO) algo = aligned ? KILN_MATMUL_CP_ASYNC : KILN_MATMUL_MMA_SYNC;
+  /* AUTO: WGMMA on Hopper, then CP_ASYNC, then MMA_SYNC (any alignment); docs/performance.md
+   * has the measurements behind the order. */
+  if (algo == KILN_MATMUL_AUTO)
+    algo = !aligned ? KILN_MATMUL_MMA_SYNC : ctx->arch == 90 ? KILN_MATMUL_WGMMA : KILN_MATMUL_CP_ASYNC;
+  if (algo == KILN_MATMUL_WGMMA && !aligned)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: algo WGMMA loads tiles with TMA, which needs 16-byte aligned operands (data pointer, leading "
+                     "dimension and batch stride multiples of 8 elements) but A has ld %" PRId64 " and B has ld %" PRId64
+                     "; use KILN_MATMUL_AUTO or _MMA_SYNC, or pad the leading dimension to a multiple of 8",
+                     op, kiln_matrix_ld(&A), kiln_matrix_ld(&B));
   if (algo == KILN_MATMUL_CP_ASYNC && !aligned)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
                      "%s: algo CP_ASYNC needs 16-byte aligned operand rows (data pointer, leading dimension and batch "
@@ -97,9 +135,11 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
                      "; use KILN_MATMUL_AUTO or _MMA_SYNC, or pad the leading dimension to a multiple of 8",
                      op, kiln_matrix_ld(&A), kiln_matrix_ld(&B));
 
-  const bool cpa = algo == KILN_MATMUL_CP_ASYNC;
-  const int bm = cpa ? KILN_GEMM_CPA_BM : KILN_GEMM_MMA_BM, bn = cpa ? KILN_GEMM_CPA_BN : KILN_GEMM_MMA_BN;
+  const bool cpa = algo == KILN_MATMUL_CP_ASYNC, wg = algo == KILN_MATMUL_WGMMA;
+  const int bm = wg ? KILN_GEMM_WG_BM : cpa ? KILN_GEMM_CPA_BM : KILN_GEMM_MMA_BM;
+  const int bn = wg ? KILN_GEMM_WG_BN : cpa ? KILN_GEMM_CPA_BN : KILN_GEMM_MMA_BN;
   const int stages = cpa ? KILN_GEMM_CPA_STAGES : KILN_GEMM_MMA_STAGES;
+  const int bk = cpa ? KILN_GEMM_CPA_BK : KILN_GEMM_MMA_BK;
   const int64_t tiles = ((A.rows + bm - 1) / bm) * ((B.cols + bn - 1) / bn);
   if (tiles > INT32_MAX)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
@@ -114,11 +154,21 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
       .m = (int32_t)A.rows, .n = (int32_t)B.cols, .k = (int32_t)A.cols, .batch = (int32_t)batch,
       .alpha = alpha, .beta = beta, .c_dtype = kiln_dt_code(C.dtype), .group_m = 8,
   };
-  const unsigned smem = (unsigned)KILN_GEMM_SMEM_BYTES(stages, bm, bn, a_k, b_k);
-  void *params[] = {&args};
   const unsigned gz = batch > 65535 ? 65535u : (unsigned)batch;
-  return kiln_launch(ctx, gemm_kernel(algo, KILN_IS_BF16(A.dtype), a_k, b_k, aligned), (unsigned)tiles, 1, gz,
-                     KILN_GEMM_THREADS, smem, stream, params, op);
+  const kiln_kernel_id kernel = gemm_kernel(algo, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
+  if (wg) {
+    kiln_tensor_map map_a, map_b;
+    kiln_status st;
+    if ((st = encode_operand_map(ctx, op, "A", &A, a_k ? KILN_GEMM_WG_BM : 64, &map_a)) ||
+        (st = encode_operand_map(ctx, op, "B", &B, b_k ? KILN_GEMM_WG_BN : 64, &map_b)))
+      return st;
+    void *params[] = {&args, &map_a, &map_b};
+    return kiln_launch(ctx, kernel, (unsigned)tiles, 1, gz, KILN_GEMM_WG_THREADS, KILN_GEMM_WG_SMEM_BYTES, stream,
+                       params, op);
+  }
+  const unsigned smem = (unsigned)KILN_GEMM_SMEM_BYTES(stages, bm, bn, bk, a_k, b_k);
+  void *params[] = {&args};
+  return kiln_launch(ctx, kernel, (unsigned)tiles, 1, gz, KILN_GEMM_THREADS, smem, stream, params, op);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -156,9 +206,10 @@ static kiln_status check_inputs(const kiln_context *ctx, const char *op, const D
   return KILN_OK;
 }
 
-/* An output matrix of expected shape [batch?, rows, cols] with a float dtype. */
-static kiln_status check_output(const kiln_context *ctx, const char *op, const char *arg, const DLTensor *t,
-                                int64_t batch, int64_t rows, int64_t cols, kiln_matrix *m) {
+/* A float matrix argument of expected shape [batch?, rows, cols]; an output must also not
+ * overlap itself across batches (an input, e.g. dC, may broadcast with batch stride 0). */
+static kiln_status check_float_matrix(const kiln_context *ctx, const char *op, const char *arg, const DLTensor *t,
+                                      int64_t batch, int64_t rows, int64_t cols, bool output, kiln_matrix *m) {
   kiln_status st;
   if ((st = kiln_check_tensor(ctx, op, arg, t))) return st;
   char dn[48], sh[160];
@@ -177,7 +228,7 @@ static kiln_status check_output(const kiln_context *ctx, const char *op, const c
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s; expected %s", op, arg,
                      kiln_shape_str(t, sh, sizeof sh), want);
   }
-  return kiln_check_output_matrix(op, arg, m);
+  return output ? kiln_check_output_matrix(op, arg, m) : KILN_OK;
 }
 
 static kiln_status check_no_overlap(const char *op, const char *out_name, const kiln_matrix *out, const char *in_name,
@@ -201,7 +252,7 @@ kiln_status kiln_matmul(kiln_context *ctx, const DLTensor *a, const DLTensor *b,
   matmul_shapes s;
   kiln_matrix cm;
   if ((st = check_inputs(ctx, op, a, b, &s))) return st;
-  if ((st = check_output(ctx, op, "c", c, s.batch, s.m, s.n, &cm))) return st;
+  if ((st = check_float_matrix(ctx, op, "c", c, s.batch, s.m, s.n, true, &cm))) return st;
   if ((st = check_no_overlap(op, "c", &cm, "a", &s.a)) || (st = check_no_overlap(op, "c", &cm, "b", &s.b))) return st;
   if (ctx->device_type == kDLCPU) return gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, stream);
   kiln_ctx_scope scope;
@@ -235,19 +286,19 @@ static kiln_status plan_backward(const kiln_context *ctx, const char *op, const 
   kiln_status st;
   if ((st = check_inputs(ctx, op, a, b, &p->s))) return st;
   const matmul_shapes *s = &p->s;
-  if ((st = check_output(ctx, op, "dc", dc, s->batch, s->m, s->n, &p->dc))) return st; /* same shape rules as C */
+  if ((st = check_float_matrix(ctx, op, "dc", dc, s->batch, s->m, s->n, false, &p->dc))) return st;
   if (!da && !db)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: da and db are both NULL; pass at least one gradient to compute", op);
   p->want_da = da != NULL;
   p->want_db = db != NULL;
   if (da) {
-    if ((st = check_output(ctx, op, "da", da, s->a.batch, s->m, s->k, &p->da))) return st;
+    if ((st = check_float_matrix(ctx, op, "da", da, s->a.batch, s->m, s->k, true, &p->da))) return st;
     if ((st = check_no_overlap(op, "da", &p->da, "a", &s->a)) || (st = check_no_overlap(op, "da", &p->da, "b", &s->b)) ||
         (st = check_no_overlap(op, "da", &p->da, "dc", &p->dc)))
       return st;
   }
   if (db) {
-    if ((st = check_output(ctx, op, "db", db, s->b.batch, s->k, s->n, &p->db))) return st;
+    if ((st = check_float_matrix(ctx, op, "db", db, s->b.batch, s->k, s->n, true, &p->db))) return st;
     if ((st = check_no_overlap(op, "db", &p->db, "a", &s->a)) || (st = check_no_overlap(op, "db", &p->db, "b", &s->b)) ||
         (st = check_no_overlap(op, "db", &p->db, "dc", &p->dc)))
       return st;
@@ -312,7 +363,7 @@ static kiln_status cast_matrix(const kiln_context *ctx, const char *op, const ki
 }
 
 static kiln_status run_backward(const kiln_context *ctx, const char *op, const backward_plan *p, const DLTensor *dc_t,
-                                char *ws, kiln_matmul_algo algo, CUstream stream) {
+                                char *ws, float alpha, kiln_matmul_algo algo, CUstream stream) {
   const matmul_shapes *s = &p->s;
   kiln_status st;
   kiln_matrix dc = p->dc;
@@ -332,13 +383,13 @@ static kiln_status run_backward(const kiln_context *ctx, const char *op, const b
   DLDataType f32 = {kDLFloat, 32, 1};
   if (p->want_da) { /* dA[M,K] = dC[M,N] · Bᵀ[N,K] */
     kiln_matrix target = p->da_acc ? workspace_matrix(ws + p->off_da, f32, 1, s->m, s->k) : p->da;
-    if ((st = gemm_run(ctx, op, dc, kiln_matrix_transpose(s->b), target, s->batch, p->da_reduce, 1.f, 0.f, algo, stream)))
+    if ((st = gemm_run(ctx, op, dc, kiln_matrix_transpose(s->b), target, s->batch, p->da_reduce, alpha, 0.f, algo, stream)))
       return st;
     if (p->da_acc && (st = cast_matrix(ctx, op, &target, &p->da, stream))) return st;
   }
   if (p->want_db) { /* dB[K,N] = Aᵀ[K,M] · dC[M,N] */
     kiln_matrix target = p->db_acc ? workspace_matrix(ws + p->off_db, f32, 1, s->k, s->n) : p->db;
-    if ((st = gemm_run(ctx, op, kiln_matrix_transpose(s->a), dc, target, s->batch, p->db_reduce, 1.f, 0.f, algo, stream)))
+    if ((st = gemm_run(ctx, op, kiln_matrix_transpose(s->a), dc, target, s->batch, p->db_reduce, alpha, 0.f, algo, stream)))
       return st;
     if (p->db_acc && (st = cast_matrix(ctx, op, &target, &p->db, stream))) return st;
   }
@@ -361,12 +412,24 @@ kiln_status kiln_matmul_backward(kiln_context *ctx, const DLTensor *a, const DLT
                      "kiln_matmul_backward_workspace_size",
                      op, workspace_bytes, workspace ? "" : " (NULL)", p.bytes);
   if (p.bytes && (uintptr_t)workspace % 256 != 0)
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: workspace %p is not 256-byte aligned; allocate it with "
-                     "cudaMalloc / torch.empty (256-byte aligned)", op, workspace);
-  if (ctx->device_type == kDLCPU) return run_backward(ctx, op, &p, dc, workspace, o.algo, stream);
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: workspace %p is not 256-byte aligned; pass an allocation's start (cudaMalloc, torch.empty "
+                     "and kiln_tensor_empty all return 256-byte aligned memory)",
+                     op, workspace);
+  if (p.bytes) { /* the workspace is written: it must not alias any argument */
+    kiln_matrix ws = {.data = workspace, .span_bytes = (int64_t)p.bytes};
+    const struct { const char *name; const kiln_matrix *m; } args[] = {
+        {"a", &p.s.a}, {"b", &p.s.b}, {"dc", &p.dc}, {"da", p.want_da ? &p.da : NULL}, {"db", p.want_db ? &p.db : NULL}};
+    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++)
+      if (args[i].m && kiln_matrix_overlap(&ws, args[i].m))
+        return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                         "%s: workspace overlaps %s in memory; the workspace must be a separate buffer", op,
+                         args[i].name);
+  }
+  if (ctx->device_type == kDLCPU) return run_backward(ctx, op, &p, dc, workspace, o.alpha, o.algo, stream);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
-  st = run_backward(ctx, op, &p, dc, workspace, o.algo, stream);
+  st = run_backward(ctx, op, &p, dc, workspace, o.alpha, o.algo, stream);
   kiln_ctx_leave(ctx, &scope);
   return st;
 }

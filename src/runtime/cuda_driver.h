@@ -64,6 +64,20 @@ enum {
   CU_GET_PROC_ADDRESS_DEFAULT = 0,
 };
 
+/* CUtensorMap: an opaque 128-byte TMA descriptor, passed to kernels by value. */
+typedef struct kiln_tensor_map {
+  _Alignas(128) uint64_t opaque[16];
+} kiln_tensor_map;
+
+enum {
+  CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
+  CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
+  CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+  CU_TENSOR_MAP_SWIZZLE_128B = 3,
+  CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3,
+  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0, /* out-of-bounds elements read as zero */
+};
+
 /* Every driver function kiln calls: X(name, return, parameter list). The table is filled once by
  * kiln_cuda_load(); a missing entry point makes the whole driver unusable (KILN_ERROR_NO_DRIVER). */
 #define KILN_CUDA_FUNCTIONS(X)                                                                          \
@@ -105,7 +119,11 @@ enum {
   X(cuEventRecord, (CUevent event, CUstream stream))                                                    \
   X(cuEventSynchronize, (CUevent event))                                                                \
   X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end))                                        \
-  X(cuEventDestroy, (CUevent event))
+  X(cuEventDestroy, (CUevent event))                                                                    \
+  X(cuTensorMapEncodeTiled, (kiln_tensor_map * map, int dtype, uint32_t rank, void *address,             \
+                             const uint64_t *dims, const uint64_t *strides, const uint32_t *box,          \
+                             const uint32_t *element_strides, int interleave, int swizzle, int l2_promotion, \
+                             int oob_fill))
 
 typedef struct kiln_cuda_api {
 #define KILN_CUDA_MEMBER(name, params) CUresult (*name) params;
@@ -117,7 +135,7 @@ typedef struct kiln_cuda_api {
 /* Loads the driver once (thread-safe) and returns the table, or NULL with the error set
  * (KILN_ERROR_NO_DRIVER / KILN_ERROR_DRIVER_TOO_OLD / KILN_ERROR_CUDA from cuInit).
  * *status receives the status. The caller names itself in `who` for the message. */
-const kiln_cuda_api *kiln_cuda(const char *who, kiln_status *status);
+KILN_API const kiln_cuda_api *kiln_cuda(const char *who, kiln_status *status); /* exported for kiln-bench */
 
 /* Sets the thread's error from a failed driver call and returns KILN_ERROR_CUDA
  * (KILN_ERROR_OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY). */
