@@ -259,7 +259,8 @@ KILN_API kiln_matmul_opts kiln_matmul_opts_default(void);
 KILN_API kiln_status kiln_matmul(kiln_context *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *c,
                                  const kiln_matmul_opts *opts, CUstream stream);
 
-/* Gradients of C = A·B: dA = dC·Bᵀ, dB = Aᵀ·dC, computed by the same kernels on transposed views
+/* Gradients of C = alpha·A·B: dA = alpha·dC·Bᵀ, dB = alpha·Aᵀ·dC (opts->alpha, 1 by default),
+ * computed by the same kernels on transposed views
  * (nothing is transposed in memory). dC is f32, f16 or bf16; an f32 (or other-dtype) dC is first
  * converted to the dtype of A into the workspace. da or db may be NULL to skip that gradient.
  * dA has A's shape (batch of A), dB has B's shape; when B is broadcast over a batch, dB sums over

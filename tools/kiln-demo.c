@@ -56,8 +56,10 @@ int main(int argc, char **argv) {
   }
   kiln_device_info info;
   CHECK(kiln_context_info(ctx, &info));
-  printf("kiln-demo: device %s%s (sm_%d%d, %d SMs)\n", info.name, gpu ? "" : " (CPU path)", info.cc_major,
-         info.cc_minor, info.sm_count);
+  if (gpu)
+    printf("kiln-demo: device %s (sm_%d%d, %d SMs)\n", info.name, info.cc_major, info.cc_minor, info.sm_count);
+  else
+    printf("kiln-demo: device CPU (%d hardware threads)\n", info.sm_count);
 
   DLDataType f32 = {kDLFloat, 32, 1}, f16 = {kDLFloat, 16, 1};
   int64_t sa[2] = {m, k}, sb[2] = {k, n}, sc[2] = {m, n};

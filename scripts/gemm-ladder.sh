@@ -1,0 +1,21 @@
+#!/bin/sh
+# The GEMM development ladder: builds kiln once per tile configuration (sm_90a only, to keep the
+# builds short) into build-ladder/NAME, so one GPU call can benchmark every step side by side:
+#   scripts/gemm-ladder.sh            # build here (nvcc), then on the GPU machine:
+#   for d in build-ladder/*; do $d/tools/kiln-bench matmul --shape 4096x4096x4096 --algo all; done
+# Each line below is one rung: name, then KILN_TUNE_DEFS. docs/performance.md records what each
+# rung predicted and measured.
+set -e
+cd "$(dirname "$0")/.."
+build() {
+  name=$1
+  defs=$2
+  cmake -S . -B "build-ladder/$name" -DKILN_CUDA_ARCHS=90a -DKILN_PTX_ARCH= -DKILN_BUILD_TESTS=OFF \
+    "-DKILN_TUNE_DEFS=$defs" >/dev/null
+  cmake --build "build-ladder/$name" -j2 >/dev/null
+  echo "built build-ladder/$name ($defs)"
+}
+# v1: BK 32, 4-stage cp.async; register-staged MMA_SYNC at one block per SM
+build v1-bk32-s4 "KILN_GEMM_CPA_BK=32;KILN_GEMM_CPA_STAGES=4;KILN_GEMM_MMA_BLOCKS_PER_SM=1"
+# v2: BK 64, 3 stages (half the barriers per FLOP); MMA_SYNC capped at 128 registers, 2 blocks/SM
+build v2-bk64-s3 "KILN_GEMM_CPA_BK=64;KILN_GEMM_CPA_STAGES=3;KILN_GEMM_MMA_BLOCKS_PER_SM=2"
