@@ -1,5 +1,7 @@
 /*
- * kernel_list.h — every kernel in kiln's embedded image, X(id, "exported name").
+ * kernel_list.h — every kernel in kiln's embedded images, X(id, "exported name", "image"), the
+ * image being the kernels/<image>.cu file that defines it (so each name is looked up only in its
+ * own image: no failed driver look-ups, which compute-sanitizer would report).
  * Host code builds its registry from this list (src/runtime/runtime.h); the .cu files define
  * extern "C" kernels with these names.
  *
@@ -10,21 +12,21 @@
 #ifndef KILN_KERNEL_LIST_H
 #define KILN_KERNEL_LIST_H
 
-#define KILN_GEMM_KERNELS_FOR(X, algo, dt, suffix)                                            \
-  X(KILN_K_GEMM_##algo##_##dt##_KK##suffix, "kiln_gemm_" #algo "_" #dt "_kk" #suffix)           \
-  X(KILN_K_GEMM_##algo##_##dt##_KN##suffix, "kiln_gemm_" #algo "_" #dt "_kn" #suffix)           \
-  X(KILN_K_GEMM_##algo##_##dt##_MK##suffix, "kiln_gemm_" #algo "_" #dt "_mk" #suffix)           \
-  X(KILN_K_GEMM_##algo##_##dt##_MN##suffix, "kiln_gemm_" #algo "_" #dt "_mn" #suffix)
+#define KILN_GEMM_KERNELS_FOR(X, algo, dt, suffix, image)                                          \
+  X(KILN_K_GEMM_##algo##_##dt##_KK##suffix, "kiln_gemm_" #algo "_" #dt "_kk" #suffix, image)        \
+  X(KILN_K_GEMM_##algo##_##dt##_KN##suffix, "kiln_gemm_" #algo "_" #dt "_kn" #suffix, image)        \
+  X(KILN_K_GEMM_##algo##_##dt##_MK##suffix, "kiln_gemm_" #algo "_" #dt "_mk" #suffix, image)        \
+  X(KILN_K_GEMM_##algo##_##dt##_MN##suffix, "kiln_gemm_" #algo "_" #dt "_mn" #suffix, image)
 
-#define KILN_KERNELS(X)                                  \
-  X(KILN_K_CAST, "kiln_cast")                            \
-  KILN_GEMM_KERNELS_FOR(X, mma, f16, )                   \
-  KILN_GEMM_KERNELS_FOR(X, mma, bf16, )                  \
-  KILN_GEMM_KERNELS_FOR(X, mma, f16, _scalar)            \
-  KILN_GEMM_KERNELS_FOR(X, mma, bf16, _scalar)           \
-  KILN_GEMM_KERNELS_FOR(X, cpasync, f16, )               \
-  KILN_GEMM_KERNELS_FOR(X, cpasync, bf16, )             \
-  KILN_GEMM_KERNELS_FOR(X, wgmma, f16, )                 \
-  KILN_GEMM_KERNELS_FOR(X, wgmma, bf16, )
+#define KILN_KERNELS(X)                                          \
+  X(KILN_K_CAST, "kiln_cast", "cast")                            \
+  KILN_GEMM_KERNELS_FOR(X, mma, f16, , "gemm_sm80")              \
+  KILN_GEMM_KERNELS_FOR(X, mma, bf16, , "gemm_sm80")             \
+  KILN_GEMM_KERNELS_FOR(X, mma, f16, _scalar, "gemm_sm80")       \
+  KILN_GEMM_KERNELS_FOR(X, mma, bf16, _scalar, "gemm_sm80")      \
+  KILN_GEMM_KERNELS_FOR(X, cpasync, f16, , "gemm_sm80")          \
+  KILN_GEMM_KERNELS_FOR(X, cpasync, bf16, , "gemm_sm80")         \
+  KILN_GEMM_KERNELS_FOR(X, wgmma, f16, , "gemm_sm90")            \
+  KILN_GEMM_KERNELS_FOR(X, wgmma, bf16, , "gemm_sm90")
 
 #endif /* KILN_KERNEL_LIST_H */

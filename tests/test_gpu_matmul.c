@@ -1124,7 +1124,8 @@ static void backward_variants(void **state) {
   if (failures) fail_msg("%d of %d backward calls failed (listed above)", failures, n);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  test_apply_filter(argc, argv);
   g_ctx = test_gpu_context_or_skip(); /* exits 77 (skipped) without a usable GPU */
   {
     kiln_device_info info;

@@ -735,7 +735,8 @@ static void one_context_from_two_threads(void **state) {
   free(wbf);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  test_apply_filter(argc, argv);
   g_ctx = test_gpu_context_or_skip(); /* exits 77 (skipped) without a usable GPU */
   if (kiln_context_create(kDLCPU, 0, &g_cpu) != KILN_OK) {
     printf("FAIL: the CPU context: %s\n", kiln_last_error());

@@ -14,6 +14,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -432,7 +434,8 @@ static void test_bf16_special_values(void **state) {
   assert_true(bits_of(kiln_bf16_to_f32(0x7f81)) == 0x7f810000u);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  test_apply_filter(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reference_self_check),
       cmocka_unit_test(test_f16_special_values),

@@ -1512,7 +1512,8 @@ static void err_failure_leaves_outputs_untouched(void **state) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-int main(void) {
+int main(int argc, char **argv) {
+  test_apply_filter(argc, argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(fwd_dtypes),
       cmocka_unit_test(fwd_layouts),

@@ -135,6 +135,7 @@ static void no_driver(void **state) {
 }
 
 int main(int argc, char **argv) {
+  test_apply_filter(argc, argv);
   if (argc > 1 && !strcmp(argv[1], "--no-driver")) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(no_driver)};
     return cmocka_run_group_tests_name("no_driver", tests, NULL, NULL);

@@ -16,9 +16,14 @@
 #include "runtime.h"
 
 static const char *const kernel_names[KILN_KERNEL_COUNT > 0 ? KILN_KERNEL_COUNT : 1] = {
-#define KILN_KERNEL_NAME(id, name) [id] = name,
+#define KILN_KERNEL_NAME(id, name, image) [id] = name,
     KILN_KERNELS(KILN_KERNEL_NAME)
 #undef KILN_KERNEL_NAME
+};
+static const char *const kernel_images[KILN_KERNEL_COUNT > 0 ? KILN_KERNEL_COUNT : 1] = {
+#define KILN_KERNEL_IMAGE(id, name, image) [id] = image,
+    KILN_KERNELS(KILN_KERNEL_IMAGE)
+#undef KILN_KERNEL_IMAGE
 };
 
 int kiln_build_has_kernels(void) { return kiln_image_count > 0; }
@@ -79,8 +84,8 @@ static kiln_status load_kernels(kiln_context *ctx) {
   for (int k = 0; k < KILN_KERNEL_COUNT; k++) {
     CUkernel kernel = NULL;
     r = CUDA_ERROR_NOT_FOUND;
-    for (int i = 0; i < kiln_image_count && r != CUDA_SUCCESS; i++)
-      r = cu->cuLibraryGetKernel(&kernel, ctx->libraries[i], kernel_names[k]);
+    for (int i = 0; i < kiln_image_count; i++)
+      if (!strcmp(kiln_images[i].name, kernel_images[k])) r = cu->cuLibraryGetKernel(&kernel, ctx->libraries[i], kernel_names[k]);
     if (r != CUDA_SUCCESS)
       return kiln_fail(KILN_ERROR_NO_KERNEL_IMAGE,
                        "kiln_context_create: kernel \"%s\" is missing from the embedded images (error %d); the "

@@ -21,13 +21,13 @@
  *   return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul: a is NULL; pass a DLTensor");  */
 kiln_status kiln_fail(kiln_status status, const char *fmt, ...) KILN_PRINTF(2, 3);
 
-/* Every kernel in the embedded image: X(id, "exported name"). The .cu files define extern "C"
+/* Every kernel in the embedded images: X(id, "exported name", "image"). The .cu files define extern "C"
  * kernels with exactly these names; context creation resolves each one and fails if any is
  * missing, so a kernel renamed on one side only is caught by the first GPU test. */
 #include "kernel_list.h"
 
 typedef enum kiln_kernel_id {
-#define KILN_KERNEL_ENUM(id, name) id,
+#define KILN_KERNEL_ENUM(id, name, image) id,
   KILN_KERNELS(KILN_KERNEL_ENUM)
 #undef KILN_KERNEL_ENUM
   KILN_KERNEL_COUNT
