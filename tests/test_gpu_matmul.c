@@ -1105,7 +1105,7 @@ static void backward_variants(void **state) {
   bwd_case al = base;
   al.M = 64, al.N = 64, al.K = 128, al.dc = TEST_F16, al.da = TEST_F16, al.db = TEST_F32;
   cs[n] = al, cs[n].algo = CPA, n++;
-  if (g_has_wgmma) cs[n] = al, cs[n].algo = WG, n++;
+  if (g_has_wgmma) cs[n] = al, cs[n].padded = 1, cs[n].algo = WG, n++;
   if (g_has_wgmma) cs[n] = bb, cs[n].padded = 1, cs[n].dc = TEST_F16, cs[n].algo = WG, n++;
   cs[n] = al, cs[n].algo = MMA, n++;
   cs[n] = base, cs[n].algo = MMA, n++;

@@ -118,14 +118,20 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
   }
   const bool a_k = A.cs == 1, b_k = B.rs == 1;
   const bool aligned = kiln_matrix_aligned16(&A) && kiln_matrix_aligned16(&B);
+  /* TMA descriptors take every stride as given, also one over a dimension of size 1 (whose
+   * normalized value is the other extent): WGMMA wants those 16-byte multiples too. Products
+   * with such an operand (e.g. a gradient with N = 1) were wrong through TMA on the H200. */
+  const bool tma_ok = aligned && (kiln_matrix_ld(&A) * (int64_t)A.elem) % 16 == 0 &&
+                      (kiln_matrix_ld(&B) * (int64_t)B.elem) % 16 == 0;
   /* AUTO: WGMMA on Hopper, then CP_ASYNC, then MMA_SYNC (any alignment); docs/performance.md
    * has the measurements behind the order. */
   if (algo == KILN_MATMUL_AUTO)
-    algo = !aligned ? KILN_MATMUL_MMA_SYNC : ctx->arch == 90 ? KILN_MATMUL_WGMMA : KILN_MATMUL_CP_ASYNC;
-  if (algo == KILN_MATMUL_WGMMA && !aligned)
+    algo = tma_ok && ctx->arch == 90 ? KILN_MATMUL_WGMMA : aligned ? KILN_MATMUL_CP_ASYNC : KILN_MATMUL_MMA_SYNC;
+  if (algo == KILN_MATMUL_WGMMA && !tma_ok)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
                      "%s: algo WGMMA loads tiles with TMA, which needs 16-byte aligned operands (data pointer, leading "
-                     "dimension and batch stride multiples of 8 elements) but A has ld %" PRId64 " and B has ld %" PRId64
+                     "dimension, also over a dimension of size 1, and batch stride multiples of 8 elements) but A has "
+                     "ld %" PRId64 " and B has ld %" PRId64
                      "; use KILN_MATMUL_AUTO or _MMA_SYNC, or pad the leading dimension to a multiple of 8",
                      op, kiln_matrix_ld(&A), kiln_matrix_ld(&B));
   if (algo == KILN_MATMUL_CP_ASYNC && !aligned)
