@@ -7,7 +7,9 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test test-asan bench clean
+FUZZ_SECONDS ?= 30
+
+.PHONY: all deps build run test test-asan fuzz bench clean
 
 all: build
 
@@ -23,13 +25,28 @@ run: build
 
 # Host tests again under AddressSanitizer + UndefinedBehaviorSanitizer (a CPU-only build, so the
 # kernels are not compiled twice), then every test of the main build, whose summary comes last.
-test: build test-asan
+test: build test-asan fuzz
 	cd $(BUILD) && ctest --output-on-failure
 
 test-asan: deps
 	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_WITH_CUDA=OFF -DKILN_SANITIZE=ON -DKILN_BUILD_TOOLS=OFF
 	cmake --build $(BUILD)-asan -j$(JOBS)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest -L host --output-on-failure
+
+# Every libFuzzer target for FUZZ_SECONDS, starting from the seed corpus (new inputs go to a
+# scratch folder; a crash leaves its input in $(BUILD)-fuzz to turn into a regression seed).
+fuzz: deps
+	@if ! command -v clang >/dev/null; then echo "kiln: fuzz skipped: clang not installed"; exit 0; fi; \
+	CC=clang cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_WITH_CUDA=OFF \
+	  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_TOOLS=OFF && cmake --build $(BUILD)-fuzz -j$(JOBS) && \
+	for t in $(BUILD)-fuzz/fuzz_*; do \
+	  name=$$(basename $$t); mkdir -p $(BUILD)-fuzz/new-$$name; \
+	  echo "kiln: fuzzing $$name for $(FUZZ_SECONDS) s"; \
+	  (cd $(BUILD)-fuzz && ./$$name -max_total_time=$(FUZZ_SECONDS) -max_len=256 -print_final_stats=1 \
+	    new-$$name $(CURDIR)/tests/fuzz/corpus/$${name#fuzz_} >$$name.log 2>&1); rc=$$?; \
+	  grep -E "ERROR|runtime error|SUMMARY|Done|stat::number_of_executed_units" $(BUILD)-fuzz/$$name.log | head -8; \
+	  if [ $$rc -ne 0 ]; then echo "kiln: $$name FAILED (see $(BUILD)-fuzz/$$name.log)"; exit 1; fi; \
+	done
 
 bench: build
 	./$(BUILD)/tools/kiln-bench copy

@@ -118,6 +118,24 @@ static void cast_strided_view(void **state) {
   kiln_context_destroy(ctx);
 }
 
+/* Regression (libFuzzer, tests/fuzz/fuzz_validation.c): a byte_offset that leaves the first
+ * element misaligned was accepted, and the CPU path loaded 16-bit values from an odd address. */
+static void misaligned_element_pointer_is_rejected(void **state) {
+  (void)state;
+  kiln_context *ctx = NULL;
+  assert_kiln_ok(kiln_context_create(kDLCPU, 0, &ctx));
+  _Alignas(16) uint16_t buf[32] = {0};
+  float out[8];
+  int64_t shape[1] = {8};
+  test_tensor src = test_host_tensor(buf, TEST_F16, 1, shape), dst = test_host_tensor(out, TEST_F32, 1, shape);
+  src.t.byte_offset = 1;
+  assert_kiln_fails(kiln_cast(ctx, test_dl(&src), test_dl(&dst), NULL), KILN_ERROR_INVALID_ARGUMENT, "kiln_cast",
+                    "src starts at", "byte_offset 1", "not aligned to its 2-byte elements");
+  src.t.byte_offset = 2; /* aligned: accepted */
+  assert_kiln_ok(kiln_cast(ctx, test_dl(&src), test_dl(&dst), NULL));
+  kiln_context_destroy(ctx);
+}
+
 /* Runs with KILN_LIBCUDA=/nonexistent/...: the driver cannot load. */
 static void no_driver(void **state) {
   (void)state;
@@ -147,6 +165,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(cpu_context),
       cmocka_unit_test(tensor_empty_copy_cast_on_cpu),
       cmocka_unit_test(cast_strided_view),
+      cmocka_unit_test(misaligned_element_pointer_is_rejected),
   };
   return cmocka_run_group_tests_name("runtime_host", tests, NULL, NULL);
 }

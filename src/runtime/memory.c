@@ -165,6 +165,9 @@ kiln_status kiln_tensor_copy(kiln_context *ctx, const DLTensor *src, const DLTen
   if (st) return st;
   if (!dst || !src) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a DLTensor", op, dst ? "src" : "dst");
   char a[160], b[160], da[48], db[48];
+  if (src->ndim < 0 || src->ndim > KILN_MAX_NDIM || (src->ndim > 0 && (!src->shape || !dst->shape)))
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: src has ndim %d (or NULL shape); expected 0..%d dimensions", op,
+                     (int)src->ndim, KILN_MAX_NDIM);
   if (src->ndim != dst->ndim || memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)src->ndim) != 0)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: dst has shape %s but src has shape %s; they must match", op,
                      kiln_shape_str(dst, a, sizeof a), kiln_shape_str(src, b, sizeof b));
@@ -172,7 +175,10 @@ kiln_status kiln_tensor_copy(kiln_context *ctx, const DLTensor *src, const DLTen
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: dst is %s but src is %s; use kiln_cast to convert", op,
                      kiln_dtype_name(dst->dtype, da), kiln_dtype_name(src->dtype, db));
   int64_t count = 1;
-  for (int d = 0; d < src->ndim; d++) count *= src->shape[d];
+  for (int d = 0; d < src->ndim; d++)
+    if (src->shape[d] < 0 || __builtin_mul_overflow(count, src->shape[d], &count))
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: src has shape %s, a negative size or too many elements", op,
+                       kiln_shape_str(src, a, sizeof a));
   if (count == 0) return KILN_OK; /* nothing to copy, whatever the strides */
   if (!is_compact(src) || !is_compact(dst))
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not compact row-major; copy supports compact tensors only",

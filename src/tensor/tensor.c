@@ -36,6 +36,10 @@ const char *kiln_dtype_name(DLDataType t, char buf[48]) {
 }
 
 const char *kiln_shape_str(const DLTensor *t, char *buf, size_t size) {
+  if (t->ndim < 0 || t->ndim > KILN_MAX_NDIM || (t->ndim > 0 && !t->shape)) { /* not validated yet */
+    snprintf(buf, size, "<ndim %d%s>", (int)t->ndim, t->shape ? "" : ", shape NULL");
+    return buf;
+  }
   size_t n = 0;
   n += (size_t)snprintf(buf + n, size - n, "[");
   for (int d = 0; d < t->ndim && n < size; d++)
@@ -46,8 +50,11 @@ const char *kiln_shape_str(const DLTensor *t, char *buf, size_t size) {
 
 int64_t kiln_tensor_stride(const DLTensor *t, int d) {
   if (t->strides) return t->strides[d];
+  /* Compact strides of an empty tensor may be products of huge extents (e.g. [0, 2^62, 4]);
+   * they address nothing, so saturate instead of overflowing (found by the fuzzer). */
   int64_t s = 1;
-  for (int i = t->ndim - 1; i > d; i--) s *= t->shape[i];
+  for (int i = t->ndim - 1; i > d; i--)
+    if (__builtin_mul_overflow(s, t->shape[i] > 0 ? t->shape[i] : 1, &s)) return INT64_MAX;
   return s;
 }
 
@@ -101,6 +108,12 @@ kiln_status kiln_check_tensor(const kiln_context *ctx, const char *op, const cha
   }
   if (numel > 0 && !t->data)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has %" PRId64 " elements but data is NULL", op, arg, numel);
+  const size_t elem = kiln_dtype_size(t->dtype);
+  if (numel > 0 && (uintptr_t)kiln_tensor_data(t) % elem != 0) /* found by tests/fuzz/fuzz_validation.c */
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: %s starts at %p (data + byte_offset %" PRIu64 "), not aligned to its %zu-byte elements; "
+                     "pass a tensor whose first element is naturally aligned",
+                     op, arg, (void *)kiln_tensor_data(t), t->byte_offset, elem);
   return KILN_OK;
 }
 

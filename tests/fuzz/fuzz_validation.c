@@ -1,0 +1,126 @@
+/*
+ * fuzz_validation.c — libFuzzer target for the validation of every public entry point that takes
+ * DLTensors. The input bytes become up to five arbitrary tensor descriptors (rank, shape, strides
+ * or NULL, byte_offset, dtype, device, data pointer or NULL) and op options; each entry point must
+ * return a status, never crash, and never touch memory outside what the descriptors describe.
+ *
+ * Descriptors point into one arena. The size query (validation only) runs on anything; the ops
+ * run only when every accepted tensor's extent, computed here independently of kiln, lies inside
+ * the arena (a caller that lies about its memory is outside kiln's contract) and the product is
+ * small enough to keep the fuzzer fast. AddressSanitizer checks the rest.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln.h"
+
+#define ARENA_BYTES (1 << 20)
+static _Alignas(256) unsigned char arena[ARENA_BYTES];
+
+typedef struct reader {
+  const uint8_t *p;
+  size_t n;
+} reader;
+
+static uint64_t take(reader *r, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; i++) {
+    v = v << 8 | (r->n ? *r->p : 0);
+    if (r->n) r->p++, r->n--;
+  }
+  return v;
+}
+
+typedef struct fuzz_tensor {
+  DLTensor t;
+  int64_t shape[8], strides[8];
+  int present;
+} fuzz_tensor;
+
+static const DLDataType dtypes[] = {{kDLFloat, 16, 1}, {kDLBfloat, 16, 1}, {kDLFloat, 32, 1}, {kDLInt, 8, 1},
+                                    {kDLUInt, 8, 1},   {kDLFloat, 64, 1},  {kDLFloat, 16, 2}, {kDLBool, 8, 1},
+                                    {kDLFloat, 4, 1},  {kDLInt, 32, 1}};
+
+/* Small sizes most of the time (so ops run), extreme ones sometimes (so overflow checks run). */
+static int64_t pick_extent(reader *r) {
+  uint8_t k = (uint8_t)take(r, 1);
+  switch (k >> 5) {
+  case 0: return -(int64_t)(k & 7);
+  case 1: return (int64_t)take(r, 8);
+  default: return k & 31;
+  }
+}
+
+static void read_tensor(reader *r, fuzz_tensor *f) {
+  memset(f, 0, sizeof *f);
+  uint8_t flags = (uint8_t)take(r, 1);
+  f->present = (flags & 7) != 0;
+  f->t.ndim = (int32_t)((flags >> 3) & 3) + 1 + ((flags & 0x80) ? 2 : 0); /* 1..6 */
+  if ((flags & 0x40) && (flags & 0x20)) f->t.ndim = -1;
+  f->t.dtype = dtypes[take(r, 1) % (sizeof dtypes / sizeof dtypes[0])];
+  uint8_t dev = (uint8_t)take(r, 1);
+  f->t.device = (DLDevice){dev % 7 == 0 ? kDLCUDA : dev % 11 == 0 ? kDLCUDAHost : kDLCPU, (int32_t)(dev >> 6)};
+  int nd = f->t.ndim < 0 ? 0 : f->t.ndim;
+  for (int d = 0; d < nd; d++) f->shape[d] = pick_extent(r);
+  int null_strides = (flags & 0x40) && !(flags & 0x20);
+  for (int d = 0; d < nd; d++) f->strides[d] = pick_extent(r);
+  f->t.shape = f->shape;
+  f->t.strides = null_strides ? NULL : f->strides;
+  uint32_t off = (uint32_t)take(r, 3) % ARENA_BYTES;
+  f->t.data = (flags & 0x10) && off < 64 ? NULL : arena + (off & ~(uint32_t)1);
+  f->t.byte_offset = take(r, 1) % 5 == 0 ? take(r, 2) : 0;
+}
+
+/* The bytes [lo, hi) a tensor addresses (computed here, not by kiln); 0 if it cannot be sure. */
+static int extent_fits(const DLTensor *t) {
+  if (!t || t->ndim < 0 || t->ndim > 8) return 0;
+  int64_t bytes = (t->dtype.bits * (int64_t)t->dtype.lanes + 7) / 8, hi = 0, s = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    int64_t n = t->shape[d], st = t->strides ? t->strides[d] : s;
+    if (n < 0 || st < 0 || n > (1 << 20) || st > (1 << 20)) return 0;
+    if (n == 0) return 1;
+    hi += (n - 1) * st;
+    s *= n;
+  }
+  if (!t->data) return 0;
+  uintptr_t lo = (uintptr_t)t->data + t->byte_offset, end = lo + (uintptr_t)((hi + 1) * bytes);
+  return lo >= (uintptr_t)arena && end <= (uintptr_t)arena + ARENA_BYTES;
+}
+
+/* Element count, saturating at 2^40. */
+static int64_t numel(const DLTensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++)
+    if (__builtin_mul_overflow(n, t->shape[d] > 0 ? t->shape[d] : 0, &n) || n > (1ll << 40)) return 1ll << 40;
+  return n;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  static kiln_context *ctx;
+  if (!ctx && kiln_context_create(kDLCPU, 0, &ctx) != KILN_OK) abort();
+  reader r = {data, size};
+  fuzz_tensor f[5];
+  for (int i = 0; i < 5; i++) read_tensor(&r, &f[i]);
+  const DLTensor *t[5];
+  for (int i = 0; i < 5; i++) t[i] = f[i].present ? &f[i].t : NULL;
+  kiln_matmul_opts o = kiln_matmul_opts_default();
+  o.algo = (kiln_matmul_algo)(take(&r, 1) % 6 == 5 ? 42 : 0);
+  o.alpha = (float)(int8_t)take(&r, 1) / 16.0f;
+
+  /* Validation only: no memory is touched, whatever the descriptors say. */
+  size_t ws = 0;
+  kiln_matmul_backward_workspace_size(ctx, t[0], t[1], t[2], t[3], t[4], &ws);
+
+  int fits = 1;
+  for (int i = 0; i < 5; i++) fits &= !t[i] || extent_fits(t[i]);
+  if (!fits) return 0;
+  /* Keep each call cheap: at most ~1M multiply-adds. */
+  if (t[0] && t[1] && (numel(t[0]) > (1 << 20) || numel(t[0]) * (numel(t[1]) + 1) > (1 << 20))) return 0;
+  kiln_matmul(ctx, t[0], t[1], t[2], &o, NULL);
+  kiln_cast(ctx, t[0], t[2], NULL);
+  kiln_tensor_copy(ctx, t[0], t[2], NULL);
+  static _Alignas(256) unsigned char workspace[1 << 16];
+  if (ws <= sizeof workspace) kiln_matmul_backward(ctx, t[0], t[1], t[2], t[3], t[4], workspace, ws, &o, NULL);
+  return 0;
+}
