@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build run test test-asan fuzz bench clean
+.PHONY: all deps build run test test-asan test-valgrind fuzz bench clean
 
 all: build
 
@@ -25,13 +25,21 @@ run: build
 
 # Host tests again under AddressSanitizer + UndefinedBehaviorSanitizer (a CPU-only build, so the
 # kernels are not compiled twice), then every test of the main build, whose summary comes last.
-test: build test-asan fuzz
+test: build test-asan test-valgrind fuzz
 	cd $(BUILD) && ctest --output-on-failure
 
 test-asan: deps
 	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_WITH_CUDA=OFF -DKILN_SANITIZE=ON -DKILN_BUILD_TOOLS=OFF
 	cmake --build $(BUILD)-asan -j$(JOBS)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest -L host --output-on-failure
+
+# The host test programs under valgrind memcheck (definite leaks and invalid accesses fail).
+test-valgrind: build
+	@for t in $(BUILD)/tests/test_half $(BUILD)/tests/test_matmul_host $(BUILD)/tests/test_runtime_host; do \
+	  valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite $$t >$$t.valgrind.log 2>&1; \
+	  rc=$$?; echo "kiln: valgrind $$(basename $$t): exit $$rc"; \
+	  if [ $$rc -ne 0 ]; then tail -30 $$t.valgrind.log; exit 1; fi; \
+	done
 
 # Every libFuzzer target for FUZZ_SECONDS, starting from the seed corpus (new inputs go to a
 # scratch folder; a crash leaves its input in $(BUILD)-fuzz to turn into a regression seed).
