@@ -111,6 +111,10 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p) {
       }
       for (int kt = 0; kt < nk; kt++) {
         cp_async_wait<STAGES - 2>();
+        const int s = kt % STAGES;
+        op.slice(A, B, p, m0, n0, kt * BK); /* chunks cut by an edge: see TileLoader::async_copy */
+        if (op.a.has_partial_chunks()) op.a.patch_edge(sa + s * A_ELEMS, tid);
+        if (op.b.has_partial_chunks()) op.b.patch_edge(sb + s * B_ELEMS, tid);
         __syncthreads(); /* slice kt visible to all; slice kt-1's buffer free for refill */
         const int pf = kt + STAGES - 1;
         if (pf < nk) {
@@ -119,7 +123,6 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p) {
           op.b.async_copy(sb + pf % STAGES * B_ELEMS, tid);
         }
         cp_async_commit();
-        const int s = kt % STAGES;
         warp_mma_slice<BF16, A_K, B_K, BM, BN, BK, MT, NT>(acc, sa + s * A_ELEMS, sb + s * B_ELEMS, wm0, wn0, lane);
       }
       cp_async_wait<0>();

@@ -82,22 +82,37 @@ struct TileLoader {
 
   KILN_DEVICE int chunk_row(int tid, int it) const { return (tid + it * THREADS) / CHUNKS_PER_ROW; }
   KILN_DEVICE int chunk_col(int tid, int it) const { return (tid + it * THREADS) % CHUNKS_PER_ROW * 8; }
-  /* Elements of chunk (r, c) inside the matrix: 0..8. */
-  KILN_DEVICE int valid(int r, int c) const {
-    int v = r < rows_left ? cols_left - c : 0;
-    return v < 0 ? 0 : (v > 8 ? 8 : v);
-  }
-
-  /* cp.async path: needs 16-byte aligned rows (checked by the host). Edge chunks copy only their
-   * valid bytes and zero-fill the rest. (compute-sanitizer memcheck reports a partial copy at the
-   * very end of an allocation as a 16-byte out-of-bounds read, though only src_bytes are read:
-   * see docs/performance.md, open items.) */
+  /* cp.async path: needs 16-byte aligned rows (checked by the host). Branch-free: a full chunk
+   * is one 16-byte cp.async, any other chunk a zero-fill cp.async (src-size 0 reads nothing; g
+   * is a valid address). Chunks cut by the edge are then completed by patch_edge() once their
+   * zero fill has landed. Why not a partial cp.async (0 < src-size < 16)? compute-sanitizer
+   * memcheck reports one at the very end of an allocation as a 16-byte read out of bounds. And
+   * why not branch per chunk here? Branching (element loads for edge chunks) cost CP_ASYNC 20 %
+   * at 4096^3, and a separate interior-tile path pushed it past 255 registers into spills.
+   * Counts are compared unclamped, as in load() below. */
   KILN_DEVICE void async_copy(uint16_t *s, int tid) const {
 #pragma unroll
     for (int it = 0; it < ITERS; it++) {
-      int r = chunk_row(tid, it), c = chunk_col(tid, it), v = valid(r, c);
-      const uint16_t *src = v ? g + r * ld + c : g; /* a valid address even when nothing is read */
-      cp_async_16(smem_u32(s + r * PITCH + c), src, v * 2);
+      const int r = chunk_row(tid, it), c = chunk_col(tid, it);
+      const bool full = r < rows_left && cols_left - c >= 8;
+      cp_async_16(smem_u32(s + r * PITCH + c), full ? g + r * ld + c : g, full ? 16 : 0);
+    }
+  }
+  /* Whether the window's column edge cuts a chunk: only then has patch_edge() work. Uniform
+   * across the block. */
+  KILN_DEVICE bool has_partial_chunks() const { return cols_left < COLS && cols_left % 8 != 0; }
+  /* Writes the valid elements of the chunks cut by the column edge (zeros were written by
+   * async_copy). Call after this thread's copies of the slice have completed (cp.async.wait),
+   * before the barrier that publishes the slice. Rare, so the element loop stays rolled. */
+  KILN_DEVICE void patch_edge(uint16_t *s, int tid) const {
+#pragma unroll 1
+    for (int it = 0; it < ITERS; it++) {
+      const int r = chunk_row(tid, it), c = chunk_col(tid, it);
+      const int left = cols_left - c;
+      if (r < rows_left && left > 0 && left < 8) {
+        const uint16_t *src = g + r * ld + c;
+        for (int i = 0; i < left; i++) s[r * PITCH + c + i] = src[i];
+      }
     }
   }
 
