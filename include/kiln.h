@@ -252,6 +252,8 @@ typedef enum kiln_matmul_algo {
 typedef struct kiln_matmul_opts {
   kiln_matmul_algo algo;
   float alpha; /* scale of the product; kiln_matmul_opts_default() sets 1 */
+  int tile_n;  /* 0: chosen per shape (default). With algo WGMMA, 256, 128 or 64 forces the width of
+                * the 128 x tile_n tiles of C (for tests and tuning); other algos take only 0. */
 } kiln_matmul_opts;
 
 KILN_API kiln_matmul_opts kiln_matmul_opts_default(void);

@@ -78,7 +78,7 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p) {
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wm0 = warp / WARPS_N * WM, wn0 = warp % WARPS_N * WN;
   int tm, tn;
-  tile_coords(p, BM, BN, tm, tn);
+  tile_coords(p, blockIdx.x, BM, BN, tm, tn);
   const int m0 = tm * BM, n0 = tn * BN;
   const int nk = (p.k + BK - 1) / BK;
 

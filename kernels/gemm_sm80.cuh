@@ -257,12 +257,12 @@ KILN_DEVICE void store_c(const float (&acc)[MT][NT][4], const kiln_gemm_args &p,
     }
 }
 
-/* Block tile order: bands of group_m tile-rows are walked column by column, so consecutive
- * blocks share B tiles and a band's A tiles stay in L2. */
-KILN_DEVICE void tile_coords(const kiln_gemm_args &p, int bm, int bn, int &tm, int &tn) {
+/* Tile order: tile pid of a batch, in bands of group_m tile-rows walked column by column, so
+ * consecutive tiles share B tiles and a band's A tiles stay in L2. */
+KILN_DEVICE void tile_coords(const kiln_gemm_args &p, int pid, int bm, int bn, int &tm, int &tn) {
   const int tiles_m = (p.m + bm - 1) / bm, tiles_n = (p.n + bn - 1) / bn;
   const int group = p.group_m > 0 ? p.group_m : 1;
-  const int pid = blockIdx.x, per_group = group * tiles_n;
+  const int per_group = group * tiles_n;
   const int first_m = pid / per_group * group;
   const int size_m = min(tiles_m - first_m, group);
   tm = first_m + pid % per_group % size_m;

@@ -8,6 +8,7 @@
  * GEMM names: kiln_gemm_<algo>_<dtype>_<A layout><B layout>[_scalar], A layout k (row-major,
  * k contiguous) or m (column-major); B layout k (column-major, k contiguous) or n (row-major).
  * _scalar variants load element by element for operands whose rows are not 16-byte aligned.
+ * wgmma256 / wgmma128 / wgmma64: the WGMMA kernels of tile width 256, 128 and 64.
  */
 #ifndef KILN_KERNEL_LIST_H
 #define KILN_KERNEL_LIST_H
@@ -26,7 +27,11 @@
   KILN_GEMM_KERNELS_FOR(X, mma, bf16, _scalar, "gemm_sm80")      \
   KILN_GEMM_KERNELS_FOR(X, cpasync, f16, , "gemm_sm80")          \
   KILN_GEMM_KERNELS_FOR(X, cpasync, bf16, , "gemm_sm80")         \
-  KILN_GEMM_KERNELS_FOR(X, wgmma, f16, , "gemm_sm90")            \
-  KILN_GEMM_KERNELS_FOR(X, wgmma, bf16, , "gemm_sm90")
+  KILN_GEMM_KERNELS_FOR(X, wgmma256, f16, , "gemm_sm90")         \
+  KILN_GEMM_KERNELS_FOR(X, wgmma256, bf16, , "gemm_sm90")        \
+  KILN_GEMM_KERNELS_FOR(X, wgmma128, f16, , "gemm_sm90")         \
+  KILN_GEMM_KERNELS_FOR(X, wgmma128, bf16, , "gemm_sm90")        \
+  KILN_GEMM_KERNELS_FOR(X, wgmma64, f16, , "gemm_sm90")          \
+  KILN_GEMM_KERNELS_FOR(X, wgmma64, bf16, , "gemm_sm90")
 
 #endif /* KILN_KERNEL_LIST_H */

@@ -33,8 +33,9 @@ typedef struct kiln_gemm_args {
  * with KILN_GEMM_SMEM_BYTES. A block computes a BM x BN tile of C with 8 warps (2 along M x 4
  * along N), stepping through K in BK slices. Shared-memory rows are padded by KILN_GEMM_PAD
  * elements (16 bytes) so that ldmatrix's eight 16-byte row reads hit eight different bank groups.
- *   MMA_SYNC: 128 x 128 x 32 (warp 64 x 32), 2 stages, 2 blocks per SM: with synchronous loads
- *             the latency is hidden by the other block, so registers are capped at 128.
+ *   MMA_SYNC: 128 x 256 x 32 (warp 64 x 64), 2 stages (register-staged), 1 block per SM: 260
+ *             TFLOP/s at 4096^3 on the H200 against 213 for 128 x 128 at 2 blocks per SM, whose
+ *             128-register cap spilled (ladder rung v4, docs/performance.md).
  *   CP_ASYNC: 128 x 256 x 64 (warp 64 x 64), 3 stages, 1 block per SM: cp.async keeps two
  *             slices in flight, and BK = 64 halves the per-slice barrier and address work. */
 #define KILN_GEMM_PAD 8
@@ -43,7 +44,7 @@ typedef struct kiln_gemm_args {
 #define KILN_GEMM_MMA_BM 128
 #endif
 #ifndef KILN_GEMM_MMA_BN
-#define KILN_GEMM_MMA_BN 128
+#define KILN_GEMM_MMA_BN 256
 #endif
 #ifndef KILN_GEMM_MMA_BK
 #define KILN_GEMM_MMA_BK 32
@@ -52,7 +53,7 @@ typedef struct kiln_gemm_args {
 #define KILN_GEMM_MMA_STAGES 2
 #endif
 #ifndef KILN_GEMM_MMA_BLOCKS_PER_SM
-#define KILN_GEMM_MMA_BLOCKS_PER_SM 2
+#define KILN_GEMM_MMA_BLOCKS_PER_SM 1
 #endif
 #ifndef KILN_GEMM_CPA_BM
 #define KILN_GEMM_CPA_BM 128
@@ -70,16 +71,16 @@ typedef struct kiln_gemm_args {
 #define KILN_GEMM_CPA_BLOCKS_PER_SM 1
 #endif
 
-/* The sm_90a WGMMA kernels (kernels/gemm_sm90.cu): 128 x 256 x 64 tiles, a producer warpgroup
- * and two consumer warpgroups, a 4-stage TMA ring (48 KB a stage) plus 1 KB of alignment slack
- * and the mbarriers. */
+/* The sm_90a WGMMA kernels (kernels/gemm_sm90.cu): 128 x BN x 64 tiles with BN 256, 128 or 64
+ * (chosen per problem), a producer warpgroup and two consumer warpgroups, a TMA ring of
+ * 4 / 6 / 8 stages (48 / 32 / 24 KB each, ~192 KB in all) plus 1 KB of alignment slack and the
+ * mbarriers. */
 #define KILN_GEMM_WG_BM 128
-#define KILN_GEMM_WG_BN 256
 #define KILN_GEMM_WG_BK 64
-#define KILN_GEMM_WG_STAGES 4
+#define KILN_GEMM_WG_STAGES(bn) ((bn) == 256 ? 4 : (bn) == 128 ? 6 : 8)
 #define KILN_GEMM_WG_THREADS 384
-#define KILN_GEMM_WG_SMEM_BYTES \
-  (KILN_GEMM_WG_STAGES * (KILN_GEMM_WG_BM + KILN_GEMM_WG_BN) * KILN_GEMM_WG_BK * 2 + 1024 + 2 * KILN_GEMM_WG_STAGES * 8)
+#define KILN_GEMM_WG_SMEM_BYTES(bn) \
+  (KILN_GEMM_WG_STAGES(bn) * (KILN_GEMM_WG_BM + (bn)) * KILN_GEMM_WG_BK * 2 + 1024 + 2 * KILN_GEMM_WG_STAGES(bn) * 8)
 
 /* Elements of one stage's A or B tile: a k-major operand is stored [MN][BK], an m/n-major one
  * [BK][MN], each row padded. */

@@ -1,21 +1,30 @@
 #!/bin/sh
 # The GEMM development ladder: builds kiln once per tile configuration (sm_90a only, to keep the
 # builds short) into build-ladder/NAME, so one GPU call can benchmark every step side by side:
-#   scripts/gemm-ladder.sh            # build here (nvcc), then on the GPU machine:
+#   scripts/gemm-ladder.sh [RUNG...]  # build here (nvcc; all rungs, or the ones named), then on the GPU:
 #   for d in build-ladder/*; do $d/tools/kiln-bench matmul --shape 4096x4096x4096 --algo all; done
 # Each line below is one rung: name, then KILN_TUNE_DEFS. docs/performance.md records what each
 # rung predicted and measured.
 set -e
 cd "$(dirname "$0")/.."
+WANT="$*"
 build() {
   name=$1
   defs=$2
+  if [ -n "$WANT" ]; then case " $WANT " in *" $name "*) ;; *) return 0 ;; esac; fi
   cmake -S . -B "build-ladder/$name" -DKILN_CUDA_ARCHS=90a -DKILN_PTX_ARCH= -DKILN_BUILD_TESTS=OFF \
     "-DKILN_TUNE_DEFS=$defs" >/dev/null
   cmake --build "build-ladder/$name" -j2 >/dev/null
   echo "built build-ladder/$name ($defs)"
 }
 # v1: BK 32, 4-stage cp.async; register-staged MMA_SYNC at one block per SM
-build v1-bk32-s4 "KILN_GEMM_CPA_BK=32;KILN_GEMM_CPA_STAGES=4;KILN_GEMM_MMA_BLOCKS_PER_SM=1"
+build v1-bk32-s4 "KILN_GEMM_CPA_BK=32;KILN_GEMM_CPA_STAGES=4;KILN_GEMM_MMA_BN=128;KILN_GEMM_MMA_BLOCKS_PER_SM=1"
 # v2: BK 64, 3 stages (half the barriers per FLOP); MMA_SYNC capped at 128 registers, 2 blocks/SM
-build v2-bk64-s3 "KILN_GEMM_CPA_BK=64;KILN_GEMM_CPA_STAGES=3;KILN_GEMM_MMA_BLOCKS_PER_SM=2"
+build v2-bk64-s3 "KILN_GEMM_CPA_BK=64;KILN_GEMM_CPA_STAGES=3;KILN_GEMM_MMA_BN=128;KILN_GEMM_MMA_BLOCKS_PER_SM=2"
+# v4 (default since): MMA_SYNC on CP_ASYNC's 128x256 tile (warp 64x64), one block per SM, registers uncapped:
+#     its 128x128 two-block form is latency-bound (see docs/performance.md)
+build v4-mma-128x256 "KILN_GEMM_MMA_BN=256;KILN_GEMM_MMA_BLOCKS_PER_SM=1"
+# v5: CP_ASYNC 128x128x32 (warp 64x32), 4 stages, two blocks per SM: 16 warps to hide latency
+build v5-cpa-128x128-2blk "KILN_GEMM_CPA_BN=128;KILN_GEMM_CPA_BK=32;KILN_GEMM_CPA_STAGES=4;KILN_GEMM_CPA_BLOCKS_PER_SM=2"
+# v6: CP_ASYNC 128x128x64, 3 stages, two blocks per SM
+build v6-cpa-128x128x64-2blk "KILN_GEMM_CPA_BN=128;KILN_GEMM_CPA_BK=64;KILN_GEMM_CPA_STAGES=3;KILN_GEMM_CPA_BLOCKS_PER_SM=2"

@@ -34,6 +34,8 @@ static const char *algo_str(int a) {
 }
 /* WGMMA runs on sm_90 only; elsewhere its cases are skipped (and its refusal is tested). */
 static int g_has_wgmma;
+/* opts.tile_n for WGMMA products (0: chosen per shape); wgmma_tile_widths sets it. */
+static int g_tile_n;
 static int algo_runs(int a) { return a != WG || g_has_wgmma; }
 static const char *dt_str(DLDataType dt) { return dt.bits == 32 ? "f32" : dt.code == kDLBfloat ? "bf16" : "f16"; }
 static size_t dt_size(DLDataType dt) { return dt.bits / 8; }
@@ -385,6 +387,7 @@ static int run_product(const char *what, const dbuf *A, const dbuf *B, layout LC
   kiln_matmul_opts o = kiln_matmul_opts_default();
   o.algo = (kiln_matmul_algo)algo;
   o.alpha = alpha;
+  o.tile_n = algo == WG ? g_tile_n : 0;
   kiln_status st = kiln_matmul(g_ctx, &A->t, &B->t, &C.t, &o, s);
   int ok = 0;
   if (st == KILN_ERROR_UNSUPPORTED && refused) {
@@ -716,7 +719,8 @@ static void batched(void **state) {
     problem_init(&p, batch, ba, bb, M, N, K, in);
     points ref;
     ref_full(&p, &ref);
-    for (int f = 0; f < 4; f++) {
+    for (int f = 0; f < 5; f++) {
+      if (!algo_runs(cfg[f].algo)) continue;
       const int padded = cfg[f].padded;
       layout LA = mk_in(nda, ba, M, K, col, padded), LB = mk_in(ndb, bb, K, N, col, padded);
       layout LC = mk(3, batch, M, N, col, 0, 0, 0);
@@ -739,6 +743,58 @@ static void batched(void **state) {
     problem_free(&p);
   }
   worst_print("batched");
+  if (failures) fail_msg("%d of %d products failed (listed above)", failures, runs);
+}
+
+/* WGMMA at each tile width (the host picks one per shape; opts.tile_n forces it): every A/B
+ * layout, both input dtypes, f32 and bf16 output, row- and column-major C, at a ragged shape
+ * smaller than one tile, one of 144 tiles of 128 x 64 (more than an H200's 132 SMs, so some
+ * blocks of the persistent grid take two tiles) with edges in M, N and K, and a batch with a
+ * broadcast B (tiles of several batches in one grid). Fully checked. */
+static void wgmma_tile_widths(void **state) {
+  (void)state;
+  if (!g_has_wgmma) skip();
+  worst_reset();
+  test_seed(1001);
+  static const int widths[3] = {64, 128, 256};
+  const struct {
+    int64_t batch, bb, M, N, K;
+  } shapes[3] = {{1, 1, 61, 45, 77}, {1, 1, 1100, 1000, 200}, {5, 1, 129, 257, 70}};
+  int failures = 0, runs = 0;
+  char what[256];
+  for (int si = 0; si < 3; si++)
+    for (int di = 0; di < 2; di++) {
+      const DLDataType in = *IN_DTS[di];
+      problem p;
+      const int64_t batch = shapes[si].batch, M = shapes[si].M, N = shapes[si].N, K = shapes[si].K;
+      problem_init(&p, batch, batch, shapes[si].bb, M, N, K, in);
+      points ref;
+      ref_full(&p, &ref);
+      const int nd = batch > 1 ? 3 : 2;
+      for (int la = 0; la < 2; la++)
+        for (int lb = 0; lb < 2; lb++) {
+          dbuf A, B;
+          dbuf_input(&A, mk_in(nd, batch, M, K, la, 1), in, p.a);
+          dbuf_input(&B, mk_in(nd == 3 && shapes[si].bb == 1 ? 2 : nd, shapes[si].bb, K, N, lb, 1), in, p.b);
+          for (int wi = 0; wi < 3; wi++)
+            for (int oi = 0; oi < 3; oi += 2) {
+              const int lc = (la + lb + wi) & 1;
+              layout LC = mk(nd, batch, M, N, lc, 0, 0, 0);
+              snprintf(what, sizeof what, "WGMMA tile_n %d %s->%s A %s B %s C %s [%" PRId64 "x%" PRId64 "x%" PRId64
+                       "] batch %" PRId64, widths[wi], dt_str(in), dt_str(*OUT_DTS[oi]), lay_str(la), lay_str(lb),
+                       lay_str(lc), M, N, K, batch);
+              g_tile_n = widths[wi];
+              failures += !run_product(what, &A, &B, LC, *OUT_DTS[oi], WG, 1.0f, g_stream, &ref, NULL);
+              g_tile_n = 0;
+              runs++;
+            }
+          dbuf_free(&A);
+          dbuf_free(&B);
+        }
+      points_free(&ref);
+      problem_free(&p);
+    }
+  worst_print("wgmma_tile_widths");
   if (failures) fail_msg("%d of %d products failed (listed above)", failures, runs);
 }
 
@@ -1144,6 +1200,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(large_square),
       cmocka_unit_test(llm_shapes_with_transposed_weight),
       cmocka_unit_test(batched),
+      cmocka_unit_test(wgmma_tile_widths),
       cmocka_unit_test(alpha_scales_the_product),
       cmocka_unit_test(runs_on_the_given_stream),
       cmocka_unit_test(deterministic),

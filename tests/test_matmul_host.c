@@ -1243,6 +1243,39 @@ static void err_algo(void **state) {
   fx_free(&f);
 }
 
+/* opts.tile_n: only 0, 64, 128 or 256, and non-zero only with algo WGMMA; checked before the
+ * device, so on the CPU context too, in the forward and the backward. */
+static void err_tile_n(void **state) {
+  (void)state;
+  fixture f;
+  fx_init(&f);
+  kiln_matmul_opts o = kiln_matmul_opts_default();
+  assert_int_equal(o.tile_n, 0);
+  o.algo = KILN_MATMUL_WGMMA;
+  o.tile_n = 96;
+  assert_kiln_fails(kiln_matmul(f.ctx, &f.a.t, &f.b.t, &f.c.t, &o, NULL), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_matmul: opts->tile_n is 96", "expected 0 (chosen per shape), 64, 128 or 256");
+  o.tile_n = -64;
+  assert_kiln_fails(fx_backward(&f, &f.a.t, &f.b.t, &f.dc.t, &f.da.t, &f.db.t, &o), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_matmul_backward: opts->tile_n is -64");
+  static const kiln_matmul_algo others[3] = {KILN_MATMUL_AUTO, KILN_MATMUL_MMA_SYNC, KILN_MATMUL_CP_ASYNC};
+  static const char *const names[3] = {"algo is AUTO", "algo is MMA_SYNC", "algo is CP_ASYNC"};
+  for (int i = 0; i < 3; i++) {
+    o.algo = others[i];
+    o.tile_n = 128;
+    assert_kiln_fails(kiln_matmul(f.ctx, &f.a.t, &f.b.t, &f.c.t, &o, NULL), KILN_ERROR_INVALID_ARGUMENT,
+                      "kiln_matmul: opts->tile_n is 128 but ", names[i], "set algo KILN_MATMUL_WGMMA or tile_n 0");
+    assert_kiln_fails(fx_backward(&f, &f.a.t, &f.b.t, &f.dc.t, &f.da.t, &f.db.t, &o), KILN_ERROR_INVALID_ARGUMENT,
+                      "kiln_matmul_backward: opts->tile_n is 128 but ", names[i]);
+  }
+  /* a valid width with WGMMA gets past the option check to the device check */
+  o.algo = KILN_MATMUL_WGMMA;
+  o.tile_n = 256;
+  assert_kiln_fails(kiln_matmul(f.ctx, &f.a.t, &f.b.t, &f.c.t, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "kiln_matmul: algo WGMMA needs a CUDA device");
+  fx_free(&f);
+}
+
 /* Backward-only argument errors: no gradient asked, the size query's bytes. */
 static void err_backward_args(void **state) {
   (void)state;
@@ -1545,6 +1578,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(err_overlap),
       cmocka_unit_test(err_output_batch_stride),
       cmocka_unit_test(err_algo),
+      cmocka_unit_test(err_tile_n),
       cmocka_unit_test(err_backward_args),
       cmocka_unit_test(err_backward_workspace),
       cmocka_unit_test(err_null_data),

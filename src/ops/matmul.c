@@ -30,8 +30,16 @@ static const char *algo_name(kiln_matmul_algo a) {
   return "unknown";
 }
 
-/* Checks an explicit algo against the context before any work; AUTO always passes. */
-static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matmul_algo algo) {
+/* Checks the options against the context before any work; AUTO always passes. */
+static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matmul_algo algo, int tile_n) {
+  if (tile_n != 0 && tile_n != 64 && tile_n != 128 && tile_n != 256)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: opts->tile_n is %d; expected 0 (chosen per shape), 64, 128 or 256", op, tile_n);
+  if (tile_n != 0 && algo != KILN_MATMUL_WGMMA)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: opts->tile_n is %d but algo is %s; tile_n selects a WGMMA tile width: set algo "
+                     "KILN_MATMUL_WGMMA or tile_n 0",
+                     op, tile_n, algo_name(algo));
   if (algo == KILN_MATMUL_AUTO) return KILN_OK;
   if (algo != KILN_MATMUL_MMA_SYNC && algo != KILN_MATMUL_CP_ASYNC && algo != KILN_MATMUL_WGMMA)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
@@ -50,10 +58,14 @@ static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matm
 }
 
 /* The kernel for an algo, dtype and layout; kernel_list.h orders each group kk, kn, mk, mn. */
-static kiln_kernel_id gemm_kernel(kiln_matmul_algo algo, bool bf16, bool a_k, bool b_k, bool aligned) {
+static kiln_kernel_id gemm_kernel(kiln_matmul_algo algo, int wg_bn, bool bf16, bool a_k, bool b_k, bool aligned) {
   kiln_kernel_id base;
-  if (algo == KILN_MATMUL_WGMMA)
-    base = bf16 ? KILN_K_GEMM_wgmma_bf16_KK : KILN_K_GEMM_wgmma_f16_KK;
+  if (algo == KILN_MATMUL_WGMMA && wg_bn == 256)
+    base = bf16 ? KILN_K_GEMM_wgmma256_bf16_KK : KILN_K_GEMM_wgmma256_f16_KK;
+  else if (algo == KILN_MATMUL_WGMMA && wg_bn == 128)
+    base = bf16 ? KILN_K_GEMM_wgmma128_bf16_KK : KILN_K_GEMM_wgmma128_f16_KK;
+  else if (algo == KILN_MATMUL_WGMMA)
+    base = bf16 ? KILN_K_GEMM_wgmma64_bf16_KK : KILN_K_GEMM_wgmma64_f16_KK;
   else if (algo == KILN_MATMUL_CP_ASYNC)
     base = bf16 ? KILN_K_GEMM_cpasync_bf16_KK : KILN_K_GEMM_cpasync_f16_KK;
   else if (aligned)
@@ -90,19 +102,30 @@ static kiln_status encode_operand_map(const kiln_context *ctx, const char *op, c
   return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
 }
 
+/* WGMMA's tile width for a product: the widest whose 128-row tiles still give at least half as
+ * many blocks as the GPU has SMs. 128 x 256 tiles load the fewest bytes per FLOP, but at 1024^3
+ * they are 32 blocks for 132 SMs; 128 x 64 tiles make it 128. docs/performance.md has the
+ * measurements. */
+static int wgmma_tile_n(int64_t m, int64_t n, int64_t batch, int sms) {
+  const int64_t rows = (m + KILN_GEMM_WG_BM - 1) / KILN_GEMM_WG_BM * batch;
+  if (rows * ((n + 255) / 256) * 2 >= sms) return 256;
+  if (rows * ((n + 127) / 128) * 2 >= sms) return 128;
+  return 64;
+}
+
 /* C = alpha·A·B + beta·C over `batch` matrices (views already validated, batch strides 0 where
  * an operand broadcasts). With reduce_batch, C is one matrix and receives the sum over the batch
  * (launched batch by batch with beta = 1 after the first, a fixed order: deterministic).
  * The caller has entered the context on the GPU. */
 static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix A, kiln_matrix B, kiln_matrix C,
                             int64_t batch, bool reduce_batch, float alpha, float beta, kiln_matmul_algo algo,
-                            CUstream stream) {
+                            int tile_n, CUstream stream) {
   if (reduce_batch) {
     kiln_matrix a1 = A, b1 = B;
     for (int64_t i = 0; i < batch; i++) {
       a1.data = A.data + i * A.bs * (int64_t)A.elem;
       b1.data = B.data + i * B.bs * (int64_t)B.elem;
-      kiln_status st = gemm_run(ctx, op, a1, b1, C, 1, false, alpha, i ? 1.0f : beta, algo, stream);
+      kiln_status st = gemm_run(ctx, op, a1, b1, C, 1, false, alpha, i ? 1.0f : beta, algo, tile_n, stream);
       if (st) return st;
     }
     return KILN_OK;
@@ -143,15 +166,17 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
 
   const bool cpa = algo == KILN_MATMUL_CP_ASYNC, wg = algo == KILN_MATMUL_WGMMA;
   const int bm = wg ? KILN_GEMM_WG_BM : cpa ? KILN_GEMM_CPA_BM : KILN_GEMM_MMA_BM;
-  const int bn = wg ? KILN_GEMM_WG_BN : cpa ? KILN_GEMM_CPA_BN : KILN_GEMM_MMA_BN;
+  const int wg_bn = wg ? (tile_n ? tile_n : wgmma_tile_n(A.rows, B.cols, batch, ctx->info.sm_count)) : 0;
+  const int bn = wg ? wg_bn : cpa ? KILN_GEMM_CPA_BN : KILN_GEMM_MMA_BN;
   const int stages = cpa ? KILN_GEMM_CPA_STAGES : KILN_GEMM_MMA_STAGES;
   const int bk = cpa ? KILN_GEMM_CPA_BK : KILN_GEMM_MMA_BK;
   const int64_t tiles = ((A.rows + bm - 1) / bm) * ((B.cols + bn - 1) / bn);
-  if (tiles > INT32_MAX)
+  /* WGMMA's persistent grid walks tiles of every batch with a 32-bit tile index */
+  if (tiles > INT32_MAX || (wg && tiles * batch > INT32_MAX))
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: C is [%" PRId64 ", %" PRId64 "], %" PRId64 " tiles of %dx%d, more than a grid holds (2^31-1); "
-                     "split the product",
-                     op, A.rows, B.cols, tiles, bm, bn);
+                     "%s: C is [%" PRId64 ", %" PRId64 "] x batch %" PRId64 ", %" PRId64 " tiles of %dx%d per batch, "
+                     "more than a grid holds (2^31-1); split the product",
+                     op, A.rows, B.cols, batch, tiles, bm, bn);
   kiln_gemm_args args = {
       .a = A.data, .b = B.data, .c = C.data,
       .a_bs = A.bs, .a_rs = A.rs, .a_cs = A.cs,
@@ -161,16 +186,17 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
       .alpha = alpha, .beta = beta, .c_dtype = kiln_dt_code(C.dtype), .group_m = 8,
   };
   const unsigned gz = batch > 65535 ? 65535u : (unsigned)batch;
-  const kiln_kernel_id kernel = gemm_kernel(algo, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
+  const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
   if (wg) {
     kiln_tensor_map map_a, map_b;
     kiln_status st;
     if ((st = encode_operand_map(ctx, op, "A", &A, a_k ? KILN_GEMM_WG_BM : 64, &map_a)) ||
-        (st = encode_operand_map(ctx, op, "B", &B, b_k ? KILN_GEMM_WG_BN : 64, &map_b)))
+        (st = encode_operand_map(ctx, op, "B", &B, b_k ? (uint32_t)wg_bn : 64, &map_b)))
       return st;
     void *params[] = {&args, &map_a, &map_b};
-    return kiln_launch(ctx, kernel, (unsigned)tiles, 1, gz, KILN_GEMM_WG_THREADS, KILN_GEMM_WG_SMEM_BYTES, stream,
-                       params, op);
+    const int64_t total = tiles * batch, sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
+    return kiln_launch(ctx, kernel, (unsigned)(total < sms ? total : sms), 1, 1, KILN_GEMM_WG_THREADS,
+                       KILN_GEMM_WG_SMEM_BYTES(wg_bn), stream, params, op);
   }
   const unsigned smem = (unsigned)KILN_GEMM_SMEM_BYTES(stages, bm, bn, bk, a_k, b_k);
   void *params[] = {&args};
@@ -254,16 +280,16 @@ kiln_status kiln_matmul(kiln_context *ctx, const DLTensor *a, const DLTensor *b,
   kiln_status st = kiln_check_context(ctx, op);
   if (st) return st;
   kiln_matmul_opts o = opts ? *opts : kiln_matmul_opts_default();
-  if ((st = check_algo(ctx, op, o.algo))) return st;
+  if ((st = check_algo(ctx, op, o.algo, o.tile_n))) return st;
   matmul_shapes s;
   kiln_matrix cm;
   if ((st = check_inputs(ctx, op, a, b, &s))) return st;
   if ((st = check_float_matrix(ctx, op, "c", c, s.batch, s.m, s.n, true, &cm))) return st;
   if ((st = check_no_overlap(op, "c", &cm, "a", &s.a)) || (st = check_no_overlap(op, "c", &cm, "b", &s.b))) return st;
-  if (ctx->device_type == kDLCPU) return gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, stream);
+  if (ctx->device_type == kDLCPU) return gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, o.tile_n, stream);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
-  st = gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, stream);
+  st = gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, o.tile_n, stream);
   kiln_ctx_leave(ctx, &scope);
   return st;
 }
@@ -369,7 +395,7 @@ static kiln_status cast_matrix(const kiln_context *ctx, const char *op, const ki
 }
 
 static kiln_status run_backward(const kiln_context *ctx, const char *op, const backward_plan *p, const DLTensor *dc_t,
-                                char *ws, float alpha, kiln_matmul_algo algo, CUstream stream) {
+                                char *ws, float alpha, kiln_matmul_algo algo, int tile_n, CUstream stream) {
   const matmul_shapes *s = &p->s;
   kiln_status st;
   kiln_matrix dc = p->dc;
@@ -389,13 +415,15 @@ static kiln_status run_backward(const kiln_context *ctx, const char *op, const b
   DLDataType f32 = {kDLFloat, 32, 1};
   if (p->want_da) { /* dA[M,K] = dC[M,N] · Bᵀ[N,K] */
     kiln_matrix target = p->da_acc ? workspace_matrix(ws + p->off_da, f32, 1, s->m, s->k) : p->da;
-    if ((st = gemm_run(ctx, op, dc, kiln_matrix_transpose(s->b), target, s->batch, p->da_reduce, alpha, 0.f, algo, stream)))
+    if ((st = gemm_run(ctx, op, dc, kiln_matrix_transpose(s->b), target, s->batch, p->da_reduce, alpha, 0.f, algo, tile_n,
+                       stream)))
       return st;
     if (p->da_acc && (st = cast_matrix(ctx, op, &target, &p->da, stream))) return st;
   }
   if (p->want_db) { /* dB[K,N] = Aᵀ[K,M] · dC[M,N] */
     kiln_matrix target = p->db_acc ? workspace_matrix(ws + p->off_db, f32, 1, s->k, s->n) : p->db;
-    if ((st = gemm_run(ctx, op, kiln_matrix_transpose(s->a), dc, target, s->batch, p->db_reduce, alpha, 0.f, algo, stream)))
+    if ((st = gemm_run(ctx, op, kiln_matrix_transpose(s->a), dc, target, s->batch, p->db_reduce, alpha, 0.f, algo, tile_n,
+                       stream)))
       return st;
     if (p->db_acc && (st = cast_matrix(ctx, op, &target, &p->db, stream))) return st;
   }
@@ -409,7 +437,7 @@ kiln_status kiln_matmul_backward(kiln_context *ctx, const DLTensor *a, const DLT
   kiln_status st = kiln_check_context(ctx, op);
   if (st) return st;
   kiln_matmul_opts o = opts ? *opts : kiln_matmul_opts_default();
-  if ((st = check_algo(ctx, op, o.algo))) return st;
+  if ((st = check_algo(ctx, op, o.algo, o.tile_n))) return st;
   backward_plan p;
   if ((st = plan_backward(ctx, op, a, b, dc, da, db, &p))) return st;
   if (workspace_bytes < p.bytes || (p.bytes && !workspace))
@@ -432,10 +460,10 @@ kiln_status kiln_matmul_backward(kiln_context *ctx, const DLTensor *a, const DLT
                          "%s: workspace overlaps %s in memory; the workspace must be a separate buffer", op,
                          args[i].name);
   }
-  if (ctx->device_type == kDLCPU) return run_backward(ctx, op, &p, dc, workspace, o.alpha, o.algo, stream);
+  if (ctx->device_type == kDLCPU) return run_backward(ctx, op, &p, dc, workspace, o.alpha, o.algo, o.tile_n, stream);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
-  st = run_backward(ctx, op, &p, dc, workspace, o.alpha, o.algo, stream);
+  st = run_backward(ctx, op, &p, dc, workspace, o.alpha, o.algo, o.tile_n, stream);
   kiln_ctx_leave(ctx, &scope);
   return st;
 }

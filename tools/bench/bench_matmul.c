@@ -25,7 +25,8 @@ const char bench_matmul_usage[] =
     "                   square: M=N=K in 256, 512, 1024, 2048, 4096, 8192 (--quick: 1024, 4096)\n"
     "                   llm: M in 1, 16, 128, 2048, 8192 (--quick: 1, 2048) x (K,N) in\n"
     "                   (4096,12288) (4096,4096) (8192,28672) (28672,8192)\n"
-    "  --shape MxNxK             one shape instead (repeatable, up to 16)\n" BENCH_COMMON_USAGE;
+    "  --shape MxNxK             one shape instead (repeatable, up to 16)\n"
+    "  --tile-n 64|128|256       force the WGMMA tile width (opts.tile_n; default: per shape)\n" BENCH_COMMON_USAGE;
 
 static const struct {
   const char *name;
@@ -54,6 +55,7 @@ typedef struct matmul_opts {
   int square, llm;
   shape custom[16]; /* --shape, overrides --shapes */
   int n_custom;
+  int tile_n; /* --tile-n: opts.tile_n of the WGMMA runs */
   bench_common common;
 } matmul_opts;
 
@@ -92,7 +94,8 @@ static void set2(int64_t v[2], int64_t v0, int64_t v1) {
   v[1] = v1;
 }
 
-static void kiln_call_init(kiln_call *kc, bench_env *env, const operands *x, CUdeviceptr c, kiln_matmul_algo algo) {
+static void kiln_call_init(kiln_call *kc, bench_env *env, const operands *x, CUdeviceptr c, kiln_matmul_algo algo,
+                           int tile_n) {
   memset(kc, 0, sizeof *kc);
   kc->env = env;
   kc->x = x;
@@ -108,6 +111,7 @@ static void kiln_call_init(kiln_call *kc, bench_env *env, const operands *x, CUd
   kc->c = (DLTensor){(void *)(uintptr_t)c, dev, 2, bench_dtype_dl(x->out), kc->c_shape, kc->c_strides, 0};
   kc->opts = kiln_matmul_opts_default();
   kc->opts.algo = algo;
+  kc->opts.tile_n = algo == KILN_MATMUL_WGMMA ? tile_n : 0;
 }
 
 static int kiln_call_fn(void *user, int iter) {
@@ -231,7 +235,9 @@ static int run_outputs(bench_env *env, const matmul_opts *o, const bench_cublas 
     }
 
     for (int ai = 0; ai < o->n_algos; ai++) {
-      const char *algo_s = algo_names[o->algos[ai]].name;
+      char algo_s[32];
+      const int wg = algo_names[o->algos[ai]].algo == KILN_MATMUL_WGMMA;
+      snprintf(algo_s, sizeof algo_s, wg && o->tile_n ? "%s/%d" : "%s", algo_names[o->algos[ai]].name, o->tile_n);
       bench_row row;
       bench_row_init(&row, "matmul", shape_s, dtype_s, algo_s, BENCH_TFLOPS, flops);
       if (peer_ok) {
@@ -239,7 +245,7 @@ static int run_outputs(bench_env *env, const matmul_opts *o, const bench_cublas 
         row.peer_t = pt;
       }
       kiln_call kc;
-      kiln_call_init(&kc, env, x, ck, algo_names[o->algos[ai]].algo);
+      kiln_call_init(&kc, env, x, ck, algo_names[o->algos[ai]].algo, o->tile_n);
       if (poison(env, ck, c_count, x->out)) return -1;
       if (kiln_call_fn(&kc, 0)) {
         if (kc.st == KILN_ERROR_UNSUPPORTED) {
@@ -379,6 +385,9 @@ static int parse(int argc, char **argv, matmul_opts *o) {
           k < 1 || m > INT_MAX || n > INT_MAX || k > INT_MAX)
         return bad_value(a, v);
       o->custom[o->n_custom++] = (shape){m, n, k};
+    } else if (!strcmp(a, "--tile-n")) {
+      if (!v || (strcmp(v, "64") && strcmp(v, "128") && strcmp(v, "256"))) return bad_value(a, v);
+      o->tile_n = atoi(v);
     } else if (!strcmp(a, "--shapes")) {
       if (!v || (strcmp(v, "square") && strcmp(v, "llm") && strcmp(v, "all"))) return bad_value(a, v);
       o->square = strcmp(v, "llm") != 0;
