@@ -102,14 +102,18 @@ static kiln_status encode_operand_map(const kiln_context *ctx, const char *op, c
   return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
 }
 
-/* WGMMA's tile width for a product: the widest whose 128-row tiles still give at least half as
- * many blocks as the GPU has SMs. 128 x 256 tiles load the fewest bytes per FLOP, but at 1024^3
- * they are 32 blocks for 132 SMs; 128 x 64 tiles make it 128. docs/performance.md has the
- * measurements. */
+/* WGMMA's tile width for a product: the widest whose 128-row tiles still give enough blocks.
+ * 128 x 256 tiles load the fewest bytes per FLOP, but at 1024^3 they are 32 blocks for 132 SMs;
+ * 128 x 64 tiles make it 128. "Enough" is half the SMs, or a fifth when M <= 64: then the A
+ * tile is mostly TMA's out-of-bounds fill and each block's time is its stream of B, so wider
+ * tiles (less fill per byte of B) win as long as some 27 blocks share the stream (H200:
+ * 1 x 4096 x 4096 runs in 27 us at width 128 against 33 at 64; 16 x 12288 x 4096 in 47 us at
+ * 256 against 51 at 128). docs/performance.md has the measurements. */
 static int wgmma_tile_n(int64_t m, int64_t n, int64_t batch, int sms) {
   const int64_t rows = (m + KILN_GEMM_WG_BM - 1) / KILN_GEMM_WG_BM * batch;
-  if (rows * ((n + 255) / 256) * 2 >= sms) return 256;
-  if (rows * ((n + 127) / 128) * 2 >= sms) return 128;
+  const int64_t need = m <= 64 ? (sms + 4) / 5 : (sms + 1) / 2;
+  if (rows * ((n + 255) / 256) >= need) return 256;
+  if (rows * ((n + 127) / 128) >= need) return 128;
   return 64;
 }
 
