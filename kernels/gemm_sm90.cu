@@ -19,6 +19,13 @@
  * tile while the consumers store the last one, so a tile's first slices are already loaded
  * when its MMAs start.
  *
+ * Clusters (CLUSTER = 2, built only with KILN_WGMMA_PAIRS=1): two CTAs on vertically adjacent
+ * 128 x 256 tiles share their B tile; each loads one half with TMA multicast into both CTAs'
+ * shared memory, so L2 -> SM traffic per FLOP drops by a third. A stage is refilled only once
+ * the consumers of both CTAs released it (their arrives go to both producers' `empty`). On the
+ * H200 this measured 7 % slower than single CTAs at 4096^3 and equal at 2048^3: L2 bandwidth
+ * is not what limits this kernel, and the pair runs in lock step. Off by default.
+ *
  * Tile width BN (256, 128 or 64) is chosen per problem by the host: 128 x 256 tiles move the
  * fewest bytes per FLOP, but a 1024^3 product has only 32 of them for 132 SMs. Narrower tiles
  * get more stages (the ring stays ~192 KB) to keep as many bytes in flight.
@@ -73,6 +80,49 @@ KILN_DEVICE void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int 
         "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
         : "memory");
 }
+/* The same copy multicast to the CTAs of the cluster in cta_mask: each receives the box at the
+ * same shared-memory offset and its own mbarrier (same offset) is credited with the bytes. */
+KILN_DEVICE void tma_load_multicast(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2,
+                                    bool three_d, uint16_t cta_mask) {
+  if (three_d)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(smem_u32(dst)),
+                 "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_u32(dst)),
+                 "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+                 : "memory");
+}
+/* Arrive on the mbarrier at the same offset as `bar` in cluster CTA `rank`. Default (.cta)
+ * release semantics: what the arrive publishes is "this CTA's wgmmas have finished reading the
+ * stage", already ordered by wgmma.wait_group; a .release.cluster arrive made the pair kernel
+ * 1.5x slower than the unpaired one (H200, 2026-12-02). */
+KILN_DEVICE void mbar_arrive_remote(uint64_t *bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+      "r"(rank)
+      : "memory");
+}
+KILN_DEVICE uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+/* Every thread of every CTA of the cluster (not .aligned: the producer warp arrives diverged). */
+KILN_DEVICE void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+/* A consumer gives stage `empty` back: to its own producer, and with a cluster to the peer's too,
+ * whose multicast writes into this CTA's copy of the stage. */
+template <int CLUSTER>
+KILN_DEVICE void release(uint64_t *empty, uint32_t rank) {
+  mbar_arrive(empty);
+  if (CLUSTER > 1) mbar_arrive_remote(empty, rank ^ 1);
+}
 /* A shared-memory matrix descriptor for the 128-byte swizzle: start address, leading and stride
  * byte offsets, all in 16-byte units. K-major: SBO = 1024 (8 rows of 128 B), LBO unused.
  * M/N-major: LBO = bytes between 64-element blocks along M/N, SBO = 1024 (8 k-rows). */
@@ -88,10 +138,11 @@ KILN_DEVICE void wgmma_wait() {
 }
 #endif
 
-template <bool BF16, bool A_K, bool B_K, int BN>
+template <bool BF16, bool A_K, bool B_K, int BN, int CLUSTER>
 __device__ __forceinline__ void gemm(const kiln_gemm_args &p, const CUtensorMap *map_a, const CUtensorMap *map_b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int STAGES = KILN_GEMM_WG_STAGES(BN);
+  static_assert(CLUSTER == 1 || (CLUSTER == 2 && BN >= 128), "a cluster pair splits B in halves of 64+ columns");
   constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
   static_assert(BN == 256 || BN == 128 || BN == 64, "wgmma.cuh has m64n{256,128,64}k16");
   static_assert(KILN_GEMM_WG_SMEM_BYTES(BN) >= STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8, "smem budget");
@@ -101,16 +152,25 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p, const CUtensorMap 
   uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES), *empty = full + STAGES;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const int nk = (p.k + BK - 1) / BK;
-  const int tiles = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN), total = tiles * p.batch;
+  /* Work items: one tile, or with CLUSTER = 2 a pair of vertically adjacent tiles (same n0) that
+   * the two CTAs of a cluster compute together, each loading half of the shared B tile and
+   * multicasting it to both. With an odd number of tile rows the last pair's second tile lies
+   * below the matrix: TMA fills it with zeros and its stores are all predicated off. */
+  const int rank = CLUSTER > 1 ? (int)cluster_ctarank() : 0;
+  const int items = ((p.m + BM * CLUSTER - 1) / (BM * CLUSTER)) * ((p.n + BN - 1) / BN), total = items * p.batch;
+  const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], CONSUMERS);
+      mbar_init(&empty[s], CONSUMERS * CLUSTER); /* a stage is refilled once every consumer of the cluster is done */
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
+  if (CLUSTER > 1)
+    cluster_sync(); /* the peer's barriers are initialized before any multicast or remote arrive */
+  else
+    __syncthreads();
 
   /* Both roles walk the same (tile, k slice) sequence; `it` counts slices across tiles, so
    * stage it % STAGES and its barrier phase (it / STAGES) & 1 match on both sides. */
@@ -119,11 +179,11 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p, const CUtensorMap 
     if (t == 0) {
       int it = 0;
       const bool a3 = p.a_bs != 0, b3 = p.b_bs != 0;
-      for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
+      for (int item = first; item < total; item += step) {
         int tm, tn;
-        const int b = tile / tiles;
-        tile_coords(p, tile % tiles, BM, BN, tm, tn);
-        const int m0 = tm * BM, n0 = tn * BN;
+        const int b = item / items;
+        tile_coords(p, item % items, BM * CLUSTER, BN, tm, tn);
+        const int m0 = (tm * CLUSTER + rank) * BM, n0 = tn * BN;
         for (int kt = 0; kt < nk; kt++, it++) {
           const int s = it % STAGES, k0 = kt * BK;
           mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
@@ -133,10 +193,19 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p, const CUtensorMap 
             tma_load(sa, map_a, &full[s], k0, m0, b, a3);
           else
             for (int w = 0; w < BM / 64; w++) tma_load(sa + w * BOX_BYTES, map_a, &full[s], m0 + 64 * w, k0, b, a3);
-          if (B_K)
-            tma_load(sb, map_b, &full[s], k0, n0, b, b3);
-          else
-            for (int j = 0; j < BN / 64; j++) tma_load(sb + j * BOX_BYTES, map_b, &full[s], n0 + 64 * j, k0, b, b3);
+          if (CLUSTER == 1) {
+            if (B_K)
+              tma_load(sb, map_b, &full[s], k0, n0, b, b3);
+            else
+              for (int j = 0; j < BN / 64; j++) tma_load(sb + j * BOX_BYTES, map_b, &full[s], n0 + 64 * j, k0, b, b3);
+          } else { /* this CTA's half of B (rows or 64-column boxes), to both CTAs */
+            constexpr int HALF = BN / 2;
+            if (B_K)
+              tma_load_multicast(sb + rank * HALF * 128, map_b, &full[s], k0, n0 + rank * HALF, b, b3, 0x3);
+            else
+              for (int j = rank * HALF / 64; j < (rank + 1) * HALF / 64; j++)
+                tma_load_multicast(sb + j * BOX_BYTES, map_b, &full[s], n0 + 64 * j, k0, b, b3, 0x3);
+          }
         }
       }
     }
@@ -145,10 +214,11 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p, const CUtensorMap 
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
     float d[BN / 2];
     int it = 0;
-    for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
+    for (int item = first; item < total; item += step) {
       int tm, tn;
-      const int b = tile / tiles;
-      tile_coords(p, tile % tiles, BM, BN, tm, tn);
+      const int b = item / items;
+      tile_coords(p, item % items, BM * CLUSTER, BN, tm, tn);
+      tm = tm * CLUSTER + rank;
 #pragma unroll
       for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
       for (int kt = 0; kt < nk; kt++, it++) {
@@ -165,15 +235,16 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p, const CUtensorMap 
         }
         wgmma_commit();
         wgmma_wait<1>(); /* the previous stage's wgmmas have retired: give its buffers back */
-        if (kt > 0 && t == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+        if (kt > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
       }
       wgmma_wait<0>();
-      if (nk > 0 && t == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+      if (nk > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
       void *C = (char *)p.c + b * p.c_bs * (p.c_dtype == KILN_DT_F32 ? 4 : 2);
       store_c<1, BN / 8>(*reinterpret_cast<float(*)[1][BN / 8][4]>(d), p, C, tm * BM + 64 * cw + 16 * warp, tn * BN,
                          lane);
     }
   }
+  if (CLUSTER > 1) cluster_sync(); /* stay resident while the peer may still multicast or arrive here */
 #else
   (void)p, (void)map_a, (void)map_b;
   __trap(); /* the host launches these kernels only on sm_90 */
@@ -183,21 +254,34 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p, const CUtensorMap 
 } /* namespace sm90 */
 } /* namespace kiln */
 
-#define KILN_WGMMA_ENTRY(name, bf16, ak, bk, bn)                                                                \
-  extern "C" __global__ void __launch_bounds__(KILN_GEMM_WG_THREADS, 1)                                         \
+#define KILN_WGMMA_ENTRY(name, bf16, ak, bk, bn, cluster, attrs)                                                \
+  extern "C" __global__ void __launch_bounds__(KILN_GEMM_WG_THREADS, 1) attrs                                   \
       name(const kiln_gemm_args args, const __grid_constant__ CUtensorMap map_a,                                \
            const __grid_constant__ CUtensorMap map_b) {                                                         \
-    kiln::sm90::gemm<bf16, ak, bk, bn>(args, &map_a, &map_b);                                                   \
+    kiln::sm90::gemm<bf16, ak, bk, bn, cluster>(args, &map_a, &map_b);                                          \
   }
-#define KILN_WGMMA_LAYOUTS(prefix, bf16, bn)             \
-  KILN_WGMMA_ENTRY(prefix##_kk, bf16, true, true, bn)    \
-  KILN_WGMMA_ENTRY(prefix##_kn, bf16, true, false, bn)   \
-  KILN_WGMMA_ENTRY(prefix##_mk, bf16, false, true, bn)   \
-  KILN_WGMMA_ENTRY(prefix##_mn, bf16, false, false, bn)
+#define KILN_WGMMA_LAYOUTS(prefix, bf16, bn, cluster, attrs)             \
+  KILN_WGMMA_ENTRY(prefix##_kk, bf16, true, true, bn, cluster, attrs)    \
+  KILN_WGMMA_ENTRY(prefix##_kn, bf16, true, false, bn, cluster, attrs)   \
+  KILN_WGMMA_ENTRY(prefix##_mk, bf16, false, true, bn, cluster, attrs)   \
+  KILN_WGMMA_ENTRY(prefix##_mn, bf16, false, false, bn, cluster, attrs)
+#define KILN_NO_ATTRS
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* sm_80/89 images: trap stubs, no clusters there */
+#define KILN_CLUSTER_PAIR __cluster_dims__(2, 1, 1)
+#else
+#define KILN_CLUSTER_PAIR
+#endif
 
-KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma256_f16, false, 256)
-KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma256_bf16, true, 256)
-KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma128_f16, false, 128)
-KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma128_bf16, true, 128)
-KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma64_f16, false, 64)
-KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma64_bf16, true, 64)
+KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma256_f16, false, 256, 1, KILN_NO_ATTRS)
+KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma256_bf16, true, 256, 1, KILN_NO_ATTRS)
+KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma128_f16, false, 128, 1, KILN_NO_ATTRS)
+KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma128_bf16, true, 128, 1, KILN_NO_ATTRS)
+KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma64_f16, false, 64, 1, KILN_NO_ATTRS)
+KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma64_bf16, true, 64, 1, KILN_NO_ATTRS)
+/* 128 x 256 tiles in 2-CTA clusters sharing B through TMA multicast (compile-time cluster shape,
+ * so a plain cuLaunchKernel launches them; the grid is a multiple of 2). An experiment that did
+ * not pay (kiln_abi.h, KILN_WGMMA_PAIRS). */
+#if KILN_WGMMA_PAIRS
+KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma256c_f16, false, 256, 2, KILN_CLUSTER_PAIR)
+KILN_WGMMA_LAYOUTS(kiln_gemm_wgmma256c_bf16, true, 256, 2, KILN_CLUSTER_PAIR)
+#endif

@@ -8,10 +8,21 @@
  * GEMM names: kiln_gemm_<algo>_<dtype>_<A layout><B layout>[_scalar], A layout k (row-major,
  * k contiguous) or m (column-major); B layout k (column-major, k contiguous) or n (row-major).
  * _scalar variants load element by element for operands whose rows are not 16-byte aligned.
- * wgmma256 / wgmma128 / wgmma64: the WGMMA kernels of tile width 256, 128 and 64.
+ * wgmma256 / wgmma128 / wgmma64: the WGMMA kernels of tile width 256, 128 and 64; wgmma256c:
+ * width 256 in 2-CTA clusters that share B through TMA multicast (only when KILN_WGMMA_PAIRS).
  */
 #ifndef KILN_KERNEL_LIST_H
 #define KILN_KERNEL_LIST_H
+
+#include "kiln_abi.h" /* KILN_WGMMA_PAIRS */
+
+#if KILN_WGMMA_PAIRS
+#define KILN_WGMMA_PAIR_KERNELS(X)                               \
+  KILN_GEMM_KERNELS_FOR(X, wgmma256c, f16, , "gemm_sm90")        \
+  KILN_GEMM_KERNELS_FOR(X, wgmma256c, bf16, , "gemm_sm90")
+#else
+#define KILN_WGMMA_PAIR_KERNELS(X)
+#endif
 
 #define KILN_GEMM_KERNELS_FOR(X, algo, dt, suffix, image)                                          \
   X(KILN_K_GEMM_##algo##_##dt##_KK##suffix, "kiln_gemm_" #algo "_" #dt "_kk" #suffix, image)        \
@@ -32,6 +43,7 @@
   KILN_GEMM_KERNELS_FOR(X, wgmma128, f16, , "gemm_sm90")         \
   KILN_GEMM_KERNELS_FOR(X, wgmma128, bf16, , "gemm_sm90")        \
   KILN_GEMM_KERNELS_FOR(X, wgmma64, f16, , "gemm_sm90")          \
-  KILN_GEMM_KERNELS_FOR(X, wgmma64, bf16, , "gemm_sm90")
+  KILN_GEMM_KERNELS_FOR(X, wgmma64, bf16, , "gemm_sm90")         \
+  KILN_WGMMA_PAIR_KERNELS(X)
 
 #endif /* KILN_KERNEL_LIST_H */

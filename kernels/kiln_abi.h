@@ -82,6 +82,13 @@ typedef struct kiln_gemm_args {
 #define KILN_GEMM_WG_SMEM_BYTES(bn) \
   (KILN_GEMM_WG_STAGES(bn) * (KILN_GEMM_WG_BM + (bn)) * KILN_GEMM_WG_BK * 2 + 1024 + 2 * KILN_GEMM_WG_STAGES(bn) * 8)
 
+/* WGMMA 2-CTA clusters sharing B by TMA multicast (gemm_sm90.cu): built and used only with
+ * KILN_TUNE_DEFS="KILN_WGMMA_PAIRS=1" (ladder rung w2), as on the H200 they measured 7 % slower
+ * than single CTAs at 4096^3 (docs/performance.md). */
+#ifndef KILN_WGMMA_PAIRS
+#define KILN_WGMMA_PAIRS 0
+#endif
+
 /* Elements of one stage's A or B tile: a k-major operand is stored [MN][BK], an m/n-major one
  * [BK][MN], each row padded. */
 #define KILN_GEMM_TILE_ELEMS(mn, bk, kmajor) ((kmajor) ? (mn) * ((bk) + KILN_GEMM_PAD) : (bk) * ((mn) + KILN_GEMM_PAD))

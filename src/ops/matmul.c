@@ -58,9 +58,16 @@ static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matm
 }
 
 /* The kernel for an algo, dtype and layout; kernel_list.h orders each group kk, kn, mk, mn. */
-static kiln_kernel_id gemm_kernel(kiln_matmul_algo algo, int wg_bn, bool bf16, bool a_k, bool b_k, bool aligned) {
+static kiln_kernel_id gemm_kernel(kiln_matmul_algo algo, int wg_bn, bool wg_pair, bool bf16, bool a_k, bool b_k,
+                                  bool aligned) {
   kiln_kernel_id base;
-  if (algo == KILN_MATMUL_WGMMA && wg_bn == 256)
+  if (algo == KILN_MATMUL_WGMMA && wg_pair)
+#if KILN_WGMMA_PAIRS
+    base = bf16 ? KILN_K_GEMM_wgmma256c_bf16_KK : KILN_K_GEMM_wgmma256c_f16_KK;
+#else
+    base = KILN_K_CAST; /* unreachable: wg_pair is false without the pair kernels */
+#endif
+  else if (algo == KILN_MATMUL_WGMMA && wg_bn == 256)
     base = bf16 ? KILN_K_GEMM_wgmma256_bf16_KK : KILN_K_GEMM_wgmma256_f16_KK;
   else if (algo == KILN_MATMUL_WGMMA && wg_bn == 128)
     base = bf16 ? KILN_K_GEMM_wgmma128_bf16_KK : KILN_K_GEMM_wgmma128_f16_KK;
@@ -190,17 +197,26 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
       .alpha = alpha, .beta = beta, .c_dtype = kiln_dt_code(C.dtype), .group_m = 8,
   };
   const unsigned gz = batch > 65535 ? 65535u : (unsigned)batch;
-  const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
+  /* With KILN_WGMMA_PAIRS, WGMMA 128 x 256 tiles go in 2-CTA clusters sharing B (TMA multicast)
+   * when there are two or more tile rows to pair up (off by default: docs/performance.md). */
+  const int64_t tiles_m = (A.rows + bm - 1) / bm;
+  const bool wg_pair = wg && wg_bn == 256 && tiles_m >= 2 && ctx->wg_pair_clusters > 0 && KILN_WGMMA_PAIRS;
+  const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, wg_pair, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
   if (wg) {
     kiln_tensor_map map_a, map_b;
     kiln_status st;
+    /* a k-major B box covers the tile's columns, or with a pair the half each CTA loads */
+    const uint32_t b_box = b_k ? (uint32_t)(wg_pair ? wg_bn / 2 : wg_bn) : 64;
     if ((st = encode_operand_map(ctx, op, "A", &A, a_k ? KILN_GEMM_WG_BM : 64, &map_a)) ||
-        (st = encode_operand_map(ctx, op, "B", &B, b_k ? (uint32_t)wg_bn : 64, &map_b)))
+        (st = encode_operand_map(ctx, op, "B", &B, b_box, &map_b)))
       return st;
     void *params[] = {&args, &map_a, &map_b};
-    const int64_t total = tiles * batch, sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
-    return kiln_launch(ctx, kernel, (unsigned)(total < sms ? total : sms), 1, 1, KILN_GEMM_WG_THREADS,
-                       KILN_GEMM_WG_SMEM_BYTES(wg_bn), stream, params, op);
+    /* persistent grid: one block (or pair) per work item up to what is resident at once */
+    const int64_t items = wg_pair ? (tiles_m + 1) / 2 * (tiles / tiles_m) * batch : tiles * batch;
+    const int64_t slots = wg_pair ? ctx->wg_pair_clusters : (ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
+    const int64_t grid = (items < slots ? items : slots) * (wg_pair ? 2 : 1);
+    return kiln_launch(ctx, kernel, (unsigned)grid, 1, 1, KILN_GEMM_WG_THREADS, KILN_GEMM_WG_SMEM_BYTES(wg_bn), stream,
+                       params, op);
   }
   const unsigned smem = (unsigned)KILN_GEMM_SMEM_BYTES(stages, bm, bn, bk, a_k, b_k);
   void *params[] = {&args};

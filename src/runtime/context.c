@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "runtime.h"
+#include "kiln_abi.h" /* the WGMMA pair kernel's launch shape */
 
 static const char *const kernel_names[KILN_KERNEL_COUNT > 0 ? KILN_KERNEL_COUNT : 1] = {
 #define KILN_KERNEL_NAME(id, name, image) [id] = name,
@@ -103,6 +104,20 @@ static kiln_status load_kernels(kiln_context *ctx) {
                                (int)ctx->info.smem_per_block_optin);
     if (r != CUDA_SUCCESS) return kiln_cuda_fail(cu, r, "kiln_context_create", "cuFuncSetAttribute");
   }
+  /* How many 2-CTA clusters of the WGMMA pair kernel fit on the device at once: their persistent
+   * grid must not exceed it (a cluster left for a second wave would double the time). Clusters
+   * live inside one GPC, so this can be below SMs / 2. A failed query only disables clusters.
+   * Pair kernels exist only in KILN_WGMMA_PAIRS builds (kiln_abi.h). */
+#if KILN_WGMMA_PAIRS
+  if (ctx->arch == 90) {
+    CUlaunchConfig cfg = {.gridDimX = (unsigned)(ctx->info.sm_count & ~1), .gridDimY = 1, .gridDimZ = 1,
+                          .blockDimX = KILN_GEMM_WG_THREADS, .blockDimY = 1, .blockDimZ = 1,
+                          .sharedMemBytes = KILN_GEMM_WG_SMEM_BYTES(256)};
+    int clusters = 0;
+    if (cu->cuOccupancyMaxActiveClusters(&clusters, ctx->fn[KILN_K_GEMM_wgmma256c_f16_KK], &cfg) == CUDA_SUCCESS)
+      ctx->wg_pair_clusters = clusters;
+  }
+#endif
   return KILN_OK;
 }
 

@@ -78,6 +78,17 @@ enum {
   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0, /* out-of-bounds elements read as zero */
 };
 
+/* cuLaunchKernelEx's launch configuration (CUDA 12); kiln passes no attributes (its cluster
+ * kernels carry their cluster shape), only for the occupancy query below. */
+typedef struct CUlaunchConfig {
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  void *attrs;
+  unsigned int numAttrs;
+} CUlaunchConfig;
+
 /* Every driver function kiln calls: X(name, return, parameter list). The table is filled once by
  * kiln_cuda_load(); a missing entry point makes the whole driver unusable (KILN_ERROR_NO_DRIVER). */
 #define KILN_CUDA_FUNCTIONS(X)                                                                          \
@@ -120,6 +131,7 @@ enum {
   X(cuEventSynchronize, (CUevent event))                                                                \
   X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end))                                        \
   X(cuEventDestroy, (CUevent event))                                                                    \
+  X(cuOccupancyMaxActiveClusters, (int *clusters, CUfunction fn, const CUlaunchConfig *config))         \
   X(cuTensorMapEncodeTiled, (kiln_tensor_map * map, int dtype, uint32_t rank, void *address,             \
                              const uint64_t *dims, const uint64_t *strides, const uint32_t *box,          \
                              const uint32_t *element_strides, int interleave, int swizzle, int l2_promotion, \
