@@ -276,6 +276,61 @@ KILN_API kiln_status kiln_matmul_backward(kiln_context *ctx, const DLTensor *a, 
                                           void *workspace, size_t workspace_bytes,
                                           const kiln_matmul_opts *opts, CUstream stream);
 
+/* ------------------------------------------------------------------------------------------ */
+/* kiln_attention — O = softmax(scale · Q·Kᵀ + mask) · V                                       */
+/* ------------------------------------------------------------------------------------------ */
+/* Q [B, Hq, Sq, D], K [B, Hkv, Sk, D], V [B, Hkv, Sk, Dv], O [B, Hq, Sq, Dv]; rank 3 tensors are
+ * B = 1 and rank 2 ([S, D]) B = Hq = Hkv = 1. Any strides (e.g. a [B, S, H, D] buffer passed as
+ * its [B, H, S, D] view), but GPU algorithms need D (and Dv) contiguous (stride 1).
+ * Hq % Hkv == 0: query head h reads key/value head h / (Hq / Hkv) (grouped-query and
+ * multi-query attention). Q, K, V share one dtype: f16, bf16 or f32; O is that dtype or f32.
+ * 1 <= D, Dv <= 256 (GPU algorithms: D == Dv, a multiple of 8). Sq, Sk >= 1.
+ * causal: query i attends key j iff j <= i + (Sk - Sq) (aligned to the bottom-right, the KV-cache
+ * convention; the usual top-left rule when Sq == Sk). A query row that attends no key (possible
+ * when Sq > Sk) yields O = 0 and LSE = -inf, never NaN.
+ * lse (optional, NULL to skip): f32 [B, Hq, Sq] (rank matching Q's minus one, last dimension
+ * contiguous), the natural-log logsumexp of the row's scaled, masked scores; the backward needs
+ * it. Outputs must not overlap the inputs, each other or themselves (byte spans are compared, so
+ * pass separate buffers). GPU: fp32 accumulation; CPU: double, rounded once to the output. */
+typedef enum kiln_attention_algo {
+  KILN_ATTENTION_AUTO = 0,  /* the CPU path on a CPU context; FLASH on a GPU */
+  KILN_ATTENTION_SMEM = 1,  /* whole score rows in shared memory, short Sk: no GPU kernel yet */
+  KILN_ATTENTION_FLASH = 2, /* online softmax over key blocks, O(S) memory, any length; GPU
+                             * kernels need f16/bf16 inputs, D == Dv a multiple of 8 (<= 256),
+                             * contiguous head dims and 16-byte aligned rows (else UNSUPPORTED) */
+} kiln_attention_algo;
+
+typedef struct kiln_attention_opts {
+  kiln_attention_algo algo; /* SMEM and FLASH are GPU algorithms: UNSUPPORTED on a CPU context */
+  float scale;              /* multiplies Q·Kᵀ; 0 (the default) means 1/sqrt(D); else finite and > 0 */
+  int causal;               /* 0 or 1, see above */
+  int deterministic;        /* 0 or 1 (checked by the forward too); backward: 1 = the same bits on
+                             * every run (no atomics). The CPU path is deterministic either way. */
+} kiln_attention_opts;
+
+KILN_API kiln_attention_opts kiln_attention_opts_default(void);
+
+/* opts may be NULL (defaults). */
+KILN_API kiln_status kiln_attention(kiln_context *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v,
+                                    const DLTensor *o, const DLTensor *lse, const kiln_attention_opts *opts,
+                                    CUstream stream);
+
+/* Gradients of kiln_attention: dQ, dK, dV from Q, K, V, O and LSE of the forward (same opts)
+ * and dO (o's shape; f32, f16 or bf16). dq/dk/dv have the shapes of q/k/v (f32 or the inputs'
+ * dtype); any may be NULL to skip, not all three. GPU: not yet implemented (UNSUPPORTED).
+ * For GQA, dK and dV sum over the Hq / Hkv query heads of each group. Workspace: size query. */
+KILN_API kiln_status kiln_attention_backward_workspace_size(kiln_context *ctx, const DLTensor *q, const DLTensor *k,
+                                                            const DLTensor *v, const DLTensor *o,
+                                                            const DLTensor *lse, const DLTensor *dout,
+                                                            const DLTensor *dq, const DLTensor *dk,
+                                                            const DLTensor *dv, const kiln_attention_opts *opts,
+                                                            size_t *bytes);
+KILN_API kiln_status kiln_attention_backward(kiln_context *ctx, const DLTensor *q, const DLTensor *k,
+                                             const DLTensor *v, const DLTensor *o, const DLTensor *lse,
+                                             const DLTensor *dout, const DLTensor *dq, const DLTensor *dk,
+                                             const DLTensor *dv, void *workspace, size_t workspace_bytes,
+                                             const kiln_attention_opts *opts, CUstream stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -106,4 +106,39 @@ typedef struct kiln_cast_args {
   int32_t src_dtype, dst_dtype;
 } kiln_cast_args;
 
+/* Attention (kiln_attention): element (b, h, s, d) of X lives at X + b·x_bs + h·x_hs + s·x_ss +
+ * d·x_ds (strides in elements). K and V heads are indexed by h / (hq / hkv). lse is f32 at
+ * lse + b·lse_bs + h·lse_hs + s (NULL: not written). scale multiplies Q·Kᵀ (already resolved:
+ * never 0). causal: query i sees key j iff j <= i + sk - sq. The backward adds dO (read like O)
+ * and dQ/dK/dV (written like Q/K/V; NULL: skipped) in their own dtypes. */
+typedef struct kiln_attn_args {
+  const void *q, *k, *v;
+  void *o;
+  float *lse;
+  const void *dout;
+  void *dq, *dk, *dv;
+  int64_t q_bs, q_hs, q_ss, q_ds;
+  int64_t k_bs, k_hs, k_ss, k_ds;
+  int64_t v_bs, v_hs, v_ss, v_ds;
+  int64_t o_bs, o_hs, o_ss, o_ds;
+  int64_t lse_bs, lse_hs;
+  int64_t do_bs, do_hs, do_ss, do_ds;
+  int64_t dq_bs, dq_hs, dq_ss, dq_ds;
+  int64_t dk_bs, dk_hs, dk_ss, dk_ds;
+  int64_t dv_bs, dv_hs, dv_ss, dv_ds;
+  int32_t batch, hq, hkv, sq, sk, d, dv_dim;
+  float scale;
+  int32_t causal;
+  int32_t in_dtype, o_dtype, do_dtype, dq_dtype, dk_dtype, dv_dtype; /* KILN_DT_* */
+} kiln_attn_args;
+
+/* The FLASH forward kernels (kernels/attention_sm80.cu): query tiles of BR rows (128 for head
+ * dims padded to 64 or 128, 64 for 256) x BC keys per step (64 for 64, else 32), 4 warps;
+ * shared memory holds the Q tile and two K and two V tiles of DP (64, 128 or 256) columns, rows
+ * padded by KILN_GEMM_PAD. */
+#define KILN_ATTN_BR(dp) ((dp) <= 128 ? 128 : 64)
+#define KILN_ATTN_BC(dp) ((dp) <= 64 ? 64 : 32)
+#define KILN_ATTN_THREADS 128
+#define KILN_ATTN_SMEM_BYTES(dp) ((KILN_ATTN_BR(dp) + 4 * KILN_ATTN_BC(dp)) * ((dp) + KILN_GEMM_PAD) * 2)
+
 #endif /* KILN_ABI_H */

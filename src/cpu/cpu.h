@@ -19,4 +19,11 @@ void kiln_cpu_cast(const kiln_cast_args *args);
 kiln_status kiln_cpu_gemm(const char *op, const kiln_matrix *a, const kiln_matrix *b, const kiln_matrix *c,
                           int64_t batch, float alpha, float beta);
 
+/* Attention over a validated kiln_attn_args (src/ops/attention.c): the forward writes o and,
+ * when args->lse is not NULL, lse; the backward reads q, k, v, o, lse and dout and writes the
+ * gradients that are not NULL. Scores and sums in double, deterministic, OpenMP over rows.
+ * Only failure: KILN_ERROR_OUT_OF_MEMORY (host scratch), before anything is written. */
+kiln_status kiln_cpu_attention_forward(const char *op, const kiln_attn_args *args);
+kiln_status kiln_cpu_attention_backward(const char *op, const kiln_attn_args *args);
+
 #endif /* KILN_CPU_H */

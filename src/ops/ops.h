@@ -23,4 +23,14 @@ kiln_status kiln_cast_prepare(const kiln_context *ctx, const char *op, const DLT
 /* Enqueues a prepared cast (GPU) or runs it (CPU). The context has been entered on the GPU. */
 kiln_status kiln_cast_run(const kiln_context *ctx, const kiln_cast_args *args, CUstream stream, const char *op);
 
+/* Attention on the GPU (src/ops/attention_gpu.c): args validated by src/ops/attention.c, the
+ * context entered. algo is AUTO, SMEM or FLASH. Fail with UNSUPPORTED (and a message naming
+ * what is unsupported) for a problem no kernel handles. */
+kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, const kiln_attn_args *args, int algo,
+                                       CUstream stream);
+/* Workspace bytes the GPU backward needs for args (256-byte aligned start expected). */
+size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_args *args, int deterministic);
+kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op, const kiln_attn_args *args, int algo,
+                                        int deterministic, void *workspace, CUstream stream);
+
 #endif /* KILN_OPS_H */
