@@ -30,6 +30,12 @@
   X(KILN_K_GEMM_##algo##_##dt##_MK##suffix, "kiln_gemm_" #algo "_" #dt "_mk" #suffix, image)        \
   X(KILN_K_GEMM_##algo##_##dt##_MN##suffix, "kiln_gemm_" #algo "_" #dt "_mn" #suffix, image)
 
+/* Attention forward (FLASH, sm_80+): kiln_attn_fwd_<dtype>_d<padded head dim>. */
+#define KILN_ATTN_KERNELS_FOR(X, dt)                                                  \
+  X(KILN_K_ATTN_FWD_##dt##_D64, "kiln_attn_fwd_" #dt "_d64", "attention_sm80")     \
+  X(KILN_K_ATTN_FWD_##dt##_D128, "kiln_attn_fwd_" #dt "_d128", "attention_sm80")   \
+  X(KILN_K_ATTN_FWD_##dt##_D256, "kiln_attn_fwd_" #dt "_d256", "attention_sm80")
+
 #define KILN_KERNELS(X)                                          \
   X(KILN_K_CAST, "kiln_cast", "cast")                            \
   KILN_GEMM_KERNELS_FOR(X, mma, f16, , "gemm_sm80")              \
@@ -44,6 +50,8 @@
   KILN_GEMM_KERNELS_FOR(X, wgmma128, bf16, , "gemm_sm90")        \
   KILN_GEMM_KERNELS_FOR(X, wgmma64, f16, , "gemm_sm90")          \
   KILN_GEMM_KERNELS_FOR(X, wgmma64, bf16, , "gemm_sm90")         \
-  KILN_WGMMA_PAIR_KERNELS(X)
+  KILN_WGMMA_PAIR_KERNELS(X)                                     \
+  KILN_ATTN_KERNELS_FOR(X, f16)                                  \
+  KILN_ATTN_KERNELS_FOR(X, bf16)
 
 #endif /* KILN_KERNEL_LIST_H */

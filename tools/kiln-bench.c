@@ -89,6 +89,8 @@ typedef struct command {
 static const command commands[] = {
     {"copy", "device-to-device copy bandwidth (the reference for GB/s figures)", copy_main, copy_usage},
     {"matmul", "kiln_matmul against cublasGemmEx, square and LLM shapes", bench_matmul_main, bench_matmul_usage},
+    {"attention", "kiln_attention forward (peer: PyTorch SDPA times from scripts/bench_sdpa.py)", bench_attention_main,
+     bench_attention_usage},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

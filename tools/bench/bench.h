@@ -21,6 +21,8 @@
 /* ------------------------------------------------------------------------------------------ */
 int bench_matmul_main(int argc, char **argv);
 extern const char bench_matmul_usage[];
+int bench_attention_main(int argc, char **argv);
+extern const char bench_attention_usage[];
 
 /* ------------------------------------------------------------------------------------------ */
 /* Options every subcommand accepts                                                            */

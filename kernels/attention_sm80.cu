@@ -1,0 +1,245 @@
+/*
+ * attention_sm80.cu — kiln_attention's FLASH forward for sm_80+: FlashAttention-2 style, mma.sync.
+ *
+ * One block = one (batch, query head, query tile of BR rows); 4 warps, each owning WM = BR / 4
+ * rows (WM = 32 for D <= 128: every K and V fragment read from shared memory feeds two m16
+ * MMAs, halving shared-memory traffic per FLOP; WM = 16 for D = 256, whose 16 x 256 fp32
+ * output accumulator already takes 64 registers a row-tile).
+ * The block walks the key/value sequence in blocks of BC keys (64 for D <= 64, else 32 so that
+ * scores and output accumulators fit in 255 registers), double-buffered with cp.async:
+ *
+ *   S = Q·Kᵀ (16 x 64 per warp: m16n8k16 MMAs over D)        -> scale, mask
+ *   m' = max(m, rowmax S);  P = exp2(S·log2e - m');  l = l·exp2(m - m') + rowsum P
+ *   O = O·exp2(m - m') + P·V (P converted to f16/bf16 and reused as the A fragment)
+ *
+ * and at the end O /= l and LSE = (m + log2 l)·ln 2. The S accumulator of two adjacent n8
+ * fragments is exactly the A fragment of an m16n8k16 (rows lane/4 and lane/4 + 8, columns
+ * 2·(lane%4) + {0, 1} and + 8), so P never leaves registers. Each thread holds two rows'
+ * statistics; a row's 64 scores live in 4 lanes, reduced with two xor shuffles.
+ *
+ * Q, K and V tiles go through the GEMM's TileLoader ([rows][D] in shared memory, rows padded by
+ * 16 bytes for conflict-free ldmatrix; zero fill outside the sequence and beyond D). K is the
+ * "k-major" B operand of S = Q·Kᵀ (ldmatrix), V the "n-major" B operand of O = P·V
+ * (ldmatrix.trans). D is padded to the kernel's DP (64, 128 or 256): the zero columns add
+ * nothing to Q·Kᵀ and produce columns of O that are never stored.
+ *
+ * Masking: key j of query i is visible iff j < Sk and (not causal or j <= i + Sk - Sq). Causal
+ * blocks stop at the tile's last visible key. A row with no visible key keeps m = -inf; it is
+ * computed with a finite stand-in so that no NaN arises, and stores O = 0, LSE = -inf.
+ *
+ * Floors (H200, causal = 0): 4·B·H·S²·D FLOP at ~600 TFLOP/s for mma.sync; bytes are O(S·D) per
+ * head and never the limit beyond S ~ 256.
+ */
+#include <math.h>
+
+#include "gemm_sm80.cuh"
+
+namespace kiln {
+namespace attn {
+
+constexpr int THREADS = KILN_ATTN_THREADS;
+
+template <bool BF16>
+KILN_DEVICE uint32_t pack2(float lo, float hi) {
+  if (BF16) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+  }
+}
+
+template <bool BF16, int DP>
+__device__ __forceinline__ void forward(const kiln_attn_args &p) {
+  constexpr int BR = KILN_ATTN_BR(DP), BC = KILN_ATTN_BC(DP);
+  constexpr int WM = BR / (THREADS / 32), MT = WM / 16; /* rows and m16 tiles per warp */
+  static_assert(WM % 16 == 0, "warps own whole m16 row tiles");
+  constexpr int PITCH = DP + KILN_GEMM_PAD;
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t *sq = smem, *sk = sq + BR * PITCH, *sv = sk + 2 * BC * PITCH; /* K, V: two buffers each */
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int q0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv);
+  const uint16_t *Q = (const uint16_t *)p.q + b * p.q_bs + h * p.q_hs;
+  const uint16_t *K = (const uint16_t *)p.k + b * p.k_bs + hk * p.k_hs;
+  const uint16_t *V = (const uint16_t *)p.v + b * p.v_bs + hk * p.v_hs;
+
+  /* Keys this tile can see: all Sk, or with causal up to the last row's diagonal. */
+  const int shift = p.sk - p.sq; /* query i sees keys j <= i + shift */
+  int kend = p.sk;
+  if (p.causal) kend = min(kend, max(0, q0 + BR - 1 + shift + 1));
+  const int nblocks = (kend + BC - 1) / BC;
+
+  TileLoader<BR, DP, THREADS> lq;
+  lq.g = Q + (int64_t)q0 * p.q_ss;
+  lq.ld = p.q_ss;
+  lq.rows_left = p.sq - q0;
+  lq.cols_left = p.d;
+  TileLoader<BC, DP, THREADS> lk, lv;
+  lk.ld = p.k_ss;
+  lv.ld = p.v_ss;
+  lk.cols_left = lv.cols_left = p.d;
+  auto load_kv = [&](int blk) {
+    const int k0 = blk * BC, buf = blk % 2;
+    lk.g = K + (int64_t)k0 * p.k_ss;
+    lv.g = V + (int64_t)k0 * p.v_ss;
+    lk.rows_left = lv.rows_left = p.sk - k0;
+    lk.async_copy(sk + buf * BC * PITCH, tid);
+    lv.async_copy(sv + buf * BC * PITCH, tid);
+  };
+
+  lq.async_copy(sq, tid);
+  if (nblocks > 0) load_kv(0);
+  cp_async_commit();
+
+  constexpr int NT = BC / 8, OT = DP / 8; /* n8 fragments of S and of O per m16 tile */
+  float o[MT][OT][4];
+#pragma unroll
+  for (int i = 0; i < MT; i++)
+#pragma unroll
+    for (int j = 0; j < OT; j++) o[i][j][0] = o[i][j][1] = o[i][j][2] = o[i][j][3] = 0.f;
+  /* row statistics, [m16 tile][0: row lane/4, 1: row lane/4 + 8]; l is this lane's partial sum */
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int i = 0; i < MT; i++) m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.f;
+  const float sl2 = p.scale * 1.4426950408889634f; /* scores in log2 units */
+  const int row0 = q0 + warp * WM + lane / 4;      /* row of (tile i, half r): row0 + 16 i + 8 r */
+
+  for (int blk = 0; blk < nblocks; blk++) {
+    if (blk + 1 < nblocks) load_kv(blk + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads(); /* Q and block blk have landed for every thread */
+    const uint16_t *skb = sk + (blk % 2) * BC * PITCH, *svb = sv + (blk % 2) * BC * PITCH;
+
+    /* S = Q·Kᵀ over the padded D; each K fragment pair feeds MT row tiles */
+    float s[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+      for (int j = 0; j < NT; j++) s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.f;
+#pragma unroll
+    for (int kd = 0; kd < DP; kd += 16) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; i++) load_a_frag<true, BR, DP>(a[i], sq, warp * WM + 16 * i, kd, lane);
+#pragma unroll
+      for (int j = 0; j < NT; j += 2) {
+        uint32_t b0[2], b1[2];
+        load_b_frag_pair<true, BC, DP>(b0, b1, skb, j * 8, kd, lane);
+#pragma unroll
+        for (int i = 0; i < MT; i++) {
+          mma_16816<BF16>(s[i][j], a[i], b0);
+          mma_16816<BF16>(s[i][j + 1], a[i], b1);
+        }
+      }
+    }
+
+    /* scale, mask, online softmax */
+    const int k0 = blk * BC;
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+      float mnew[2] = {m[i][0], m[i][1]};
+#pragma unroll
+      for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int key = k0 + j * 8 + (lane % 4) * 2 + (e & 1), row = row0 + 16 * i + (e >> 1) * 8;
+          const bool visible = key < p.sk && (!p.causal || key <= row + shift);
+          s[i][j][e] = visible ? s[i][j][e] * sl2 : -INFINITY;
+          mnew[e >> 1] = fmaxf(mnew[e >> 1], s[i][j][e]);
+        }
+      float corr[2], mu[2], rsum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int r = 0; r < 2; r++) {
+        mnew[r] = fmaxf(mnew[r], __shfl_xor_sync(0xffffffffu, mnew[r], 1));
+        mnew[r] = fmaxf(mnew[r], __shfl_xor_sync(0xffffffffu, mnew[r], 2));
+        mu[r] = mnew[r] == -INFINITY ? 0.f : mnew[r]; /* all masked so far: exp2(-inf - 0) = 0 */
+        corr[r] = exp2f(m[i][r] - mu[r]);             /* m = -inf -> 0, harmless: o and l are 0 */
+        m[i][r] = mnew[r];
+      }
+#pragma unroll
+      for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          s[i][j][e] = exp2f(s[i][j][e] - mu[e >> 1]);
+          rsum[e >> 1] += s[i][j][e];
+        }
+#pragma unroll
+      for (int r = 0; r < 2; r++) l[i][r] = l[i][r] * corr[r] + rsum[r];
+#pragma unroll
+      for (int j = 0; j < OT; j++) {
+        o[i][j][0] *= corr[0];
+        o[i][j][1] *= corr[0];
+        o[i][j][2] *= corr[1];
+        o[i][j][3] *= corr[1];
+      }
+    }
+
+    /* O += P·V: k16 step t uses S fragments 2t and 2t+1 of each row tile as its A fragment */
+#pragma unroll
+    for (int t = 0; t < BC / 16; t++) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; i++) {
+        a[i][0] = pack2<BF16>(s[i][2 * t][0], s[i][2 * t][1]);
+        a[i][1] = pack2<BF16>(s[i][2 * t][2], s[i][2 * t][3]);
+        a[i][2] = pack2<BF16>(s[i][2 * t + 1][0], s[i][2 * t + 1][1]);
+        a[i][3] = pack2<BF16>(s[i][2 * t + 1][2], s[i][2 * t + 1][3]);
+      }
+#pragma unroll
+      for (int j = 0; j < OT; j += 2) {
+        uint32_t b0[2], b1[2];
+        load_b_frag_pair<false, DP, BC>(b0, b1, svb, j * 8, t * 16, lane);
+#pragma unroll
+        for (int i = 0; i < MT; i++) {
+          mma_16816<BF16>(o[i][j], a[i], b0);
+          mma_16816<BF16>(o[i][j + 1], a[i], b1);
+        }
+      }
+    }
+    __syncthreads(); /* every warp is done with buffer blk % 2 before it is refilled */
+  }
+  cp_async_wait<0>();
+
+  /* O /= l, store; LSE */
+  const int dt = p.o_dtype;
+#pragma unroll
+  for (int i = 0; i < MT; i++)
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      float lr = l[i][r];
+      lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+      lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+      const int row = row0 + 16 * i + r * 8;
+      if (row >= p.sq) continue;
+      const float inv = lr > 0.f ? 1.f / lr : 0.f;
+      char *orow = (char *)p.o + (b * p.o_bs + h * p.o_hs + (int64_t)row * p.o_ss) * (dt == KILN_DT_F32 ? 4 : 2);
+#pragma unroll
+      for (int j = 0; j < OT; j++) {
+        const int col = j * 8 + (lane % 4) * 2;
+        if (col < p.d) {
+          kiln_store_from_f32(orow, col, dt, o[i][j][2 * r] * inv);
+          kiln_store_from_f32(orow, col + 1, dt, o[i][j][2 * r + 1] * inv); /* D % 8 == 0: col + 1 < D */
+        }
+      }
+      if (p.lse && lane % 4 == 0)
+        p.lse[b * p.lse_bs + h * p.lse_hs + row] =
+            lr > 0.f ? (m[i][r] + log2f(lr)) * 0.6931471805599453f : -INFINITY;
+    }
+}
+
+} /* namespace attn */
+} /* namespace kiln */
+
+#define KILN_ATTN_ENTRY(name, bf16, dp)                                                              \
+  extern "C" __global__ void __launch_bounds__(kiln::attn::THREADS) name(const kiln_attn_args args) { \
+    kiln::attn::forward<bf16, dp>(args);                                                               \
+  }
+KILN_ATTN_ENTRY(kiln_attn_fwd_f16_d64, false, 64)
+KILN_ATTN_ENTRY(kiln_attn_fwd_f16_d128, false, 128)
+KILN_ATTN_ENTRY(kiln_attn_fwd_f16_d256, false, 256)
+KILN_ATTN_ENTRY(kiln_attn_fwd_bf16_d64, true, 64)
+KILN_ATTN_ENTRY(kiln_attn_fwd_bf16_d128, true, 128)
+KILN_ATTN_ENTRY(kiln_attn_fwd_bf16_d256, true, 256)

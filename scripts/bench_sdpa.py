@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""The peer of `kiln-bench attention`: PyTorch SDPA (flash backend) forward times on the same
+shapes, written as lines "S D causal dtype fwd_us" (median of CUDA-event timings after warm-up,
+random inputs). Run on the GPU machine before kiln-bench attention --peer FILE:
+    python3 scripts/bench_sdpa.py [--quick] [--dtype f16|bf16|all] > sdpa.txt"""
+import argparse
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--quick", action="store_true")
+ap.add_argument("--dtype", default="f16", choices=["f16", "bf16", "all"])
+ap.add_argument("--reps", type=int, default=30)
+a = ap.parse_args()
+dtypes = {"f16": [torch.float16], "bf16": [torch.bfloat16], "all": [torch.float16, torch.bfloat16]}[a.dtype]
+names = {torch.float16: "f16", torch.bfloat16: "bf16"}
+lengths = [2048, 8192] if a.quick else [512, 1024, 2048, 4096, 8192, 16384]
+print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}, SDPA flash backend")
+for d in (64, 128):
+    for causal in (0, 1):
+        for dt in dtypes:
+            for s in lengths:
+                b, h = 16384 // s, 2048 // d
+                q, k, v = (torch.rand(b, h, s, d, device="cuda", dtype=dt) * 2 - 1 for _ in range(3))
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    for _ in range(10):
+                        F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                    times = []
+                    for _ in range(a.reps):
+                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        e0.record()
+                        F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                        e1.record()
+                        e1.synchronize()
+                        times.append(e0.elapsed_time(e1) * 1000.0)
+                print(f"{s} {d} {causal} {names[dt]} {statistics.median(times):.2f}", flush=True)

@@ -1,0 +1,323 @@
+/*
+ * test_gpu_attention.c — kiln_attention on the GPU against a float64 reference computed here
+ * from the same rounded inputs: head dims, ragged and unequal sequence lengths, causal and not,
+ * GQA and MQA, f16 and bf16 with same-dtype and f32 outputs, LSE, strided [B, S, H, D] views,
+ * fully masked rows, determinism, and the refusals of what no GPU kernel handles yet.
+ * Outputs are NaN-poisoned before every run; every element is compared. Exits 77 without a GPU.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kiln.h"
+#include "test_util.h"
+
+static kiln_context *g_ctx;
+static CUstream g_stream;
+
+/* ---------------------------------------------------------------------------------------- */
+/* A [B, H, S, D] tensor on the device with a host mirror of its whole allocation            */
+/* ---------------------------------------------------------------------------------------- */
+typedef struct t4 {
+  int64_t shape[4], strides[4], n; /* n: elements of the allocation */
+  DLDataType dt;
+  void *host;
+  DLManagedTensorVersioned *dev;
+  DLTensor t;
+} t4;
+
+/* bshd: the allocation is [B, S, H, D] and the tensor its [B, H, S, D] view. */
+static void t4_init(t4 *x, int64_t B, int64_t H, int64_t S, int64_t D, DLDataType dt, int bshd) {
+  memset(x, 0, sizeof *x);
+  x->shape[0] = B, x->shape[1] = H, x->shape[2] = S, x->shape[3] = D;
+  if (bshd)
+    x->strides[0] = S * H * D, x->strides[1] = D, x->strides[2] = H * D, x->strides[3] = 1;
+  else
+    x->strides[0] = H * S * D, x->strides[1] = S * D, x->strides[2] = D, x->strides[3] = 1;
+  x->n = B * H * S * D;
+  x->dt = dt;
+  x->host = malloc((size_t)x->n * (dt.bits / 8));
+  assert_non_null(x->host);
+  test_poison(x->host, dt, x->n);
+  assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &x->n, dt, &x->dev));
+  x->t = (DLTensor){x->dev->dl_tensor.data, {kDLCUDA, 0}, 4, dt, x->shape, x->strides, 0};
+}
+static void t4_free(t4 *x) {
+  kiln_tensor_free(x->dev);
+  free(x->host);
+}
+static int64_t t4_idx(const t4 *x, int64_t b, int64_t h, int64_t s, int64_t d) {
+  return b * x->strides[0] + h * x->strides[1] + s * x->strides[2] + d * x->strides[3];
+}
+static void t4_copy(t4 *x, int up) {
+  test_tensor h = test_host_tensor(x->host, x->dt, 1, &x->n);
+  if (up)
+    assert_kiln_ok(kiln_tensor_copy(g_ctx, test_dl(&h), &x->dev->dl_tensor, g_stream));
+  else
+    assert_kiln_ok(kiln_tensor_copy(g_ctx, &x->dev->dl_tensor, test_dl(&h), g_stream));
+  assert_kiln_ok(kiln_stream_synchronize(g_ctx, g_stream));
+}
+/* Random inputs in [-1, 1), rounded to dt, uploaded. */
+static void t4_random(t4 *x) {
+  test_fill(x->host, x->dt, x->n);
+  t4_copy(x, 1);
+}
+static double t4_get(const t4 *x, int64_t b, int64_t h, int64_t s, int64_t d) {
+  return test_load(x->host, x->dt, t4_idx(x, b, h, s, d));
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* float64 reference: O and LSE of one problem                                               */
+/* ---------------------------------------------------------------------------------------- */
+static void reference(const t4 *q, const t4 *k, const t4 *v, double scale, int causal, double *o, double *lse) {
+  const int64_t B = q->shape[0], Hq = q->shape[1], Sq = q->shape[2], D = q->shape[3];
+  const int64_t Hkv = k->shape[1], Sk = k->shape[2], group = Hq / Hkv;
+  double *p = malloc((size_t)Sk * sizeof(double));
+  assert_non_null(p);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < Hq; h++)
+      for (int64_t i = 0; i < Sq; i++) {
+        double m = -INFINITY, l = 0;
+        for (int64_t j = 0; j < Sk; j++) {
+          p[j] = -INFINITY;
+          if (causal && j > i + Sk - Sq) continue;
+          double s = 0;
+          for (int64_t d = 0; d < D; d++) s += t4_get(q, b, h, i, d) * t4_get(k, b, h / group, j, d);
+          p[j] = s * scale;
+          if (p[j] > m) m = p[j];
+        }
+        for (int64_t j = 0; j < Sk; j++) l += p[j] == -INFINITY ? 0 : exp(p[j] - m);
+        double *orow = o + ((b * Hq + h) * Sq + i) * D;
+        for (int64_t d = 0; d < D; d++) orow[d] = 0;
+        for (int64_t j = 0; j < Sk && l > 0; j++) {
+          if (p[j] == -INFINITY) continue;
+          const double w = exp(p[j] - m) / l;
+          for (int64_t d = 0; d < D; d++) orow[d] += w * t4_get(v, b, h / group, j, d);
+        }
+        lse[(b * Hq + h) * Sq + i] = l > 0 ? m + log(l) : -INFINITY;
+      }
+  free(p);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* One forward case                                                                          */
+/* ---------------------------------------------------------------------------------------- */
+typedef struct acase {
+  int64_t B, Hq, Hkv, Sq, Sk, D;
+  DLDataType in, out;
+  int causal, bshd;
+  float scale; /* 0: default */
+} acase;
+
+static double fwd_tol(DLDataType in) { return in.code == kDLBfloat ? 1e-2 : 2e-3; }
+
+/* Runs the case on the GPU and compares O (every element) and LSE. 1 = good. */
+static int run_case(const acase *c) {
+  char what[256];
+  snprintf(what, sizeof what,
+           "B%" PRId64 " Hq%" PRId64 " Hkv%" PRId64 " Sq%" PRId64 " Sk%" PRId64 " D%" PRId64 " %s->%s%s%s",
+           c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->in.code == kDLBfloat ? "bf16" : "f16",
+           c->out.bits == 32 ? "f32" : c->out.code == kDLBfloat ? "bf16" : "f16", c->causal ? " causal" : "",
+           c->bshd ? " [B,S,H,D] views" : "");
+  t4 q, k, v, o, lse;
+  t4_init(&q, c->B, c->Hq, c->Sq, c->D, c->in, c->bshd);
+  t4_init(&k, c->B, c->Hkv, c->Sk, c->D, c->in, c->bshd);
+  t4_init(&v, c->B, c->Hkv, c->Sk, c->D, c->in, c->bshd);
+  t4_init(&o, c->B, c->Hq, c->Sq, c->D, c->out, c->bshd);
+  t4_init(&lse, c->B, c->Hq, c->Sq, 1, TEST_F32, 0);
+  lse.t.ndim = 3; /* [B, Hq, Sq] */
+  t4_random(&q), t4_random(&k), t4_random(&v);
+  t4_copy(&o, 1), t4_copy(&lse, 1); /* NaN poison */
+  kiln_attention_opts opts = kiln_attention_opts_default();
+  opts.causal = c->causal;
+  opts.scale = c->scale;
+  kiln_status st = kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &opts, g_stream);
+  int ok = 1;
+  if (st != KILN_OK) {
+    print_message("FAILED %s: kiln_attention -> %s: %s\n", what, kiln_status_string(st), kiln_last_error());
+    ok = 0;
+  } else {
+    t4_copy(&o, 0), t4_copy(&lse, 0);
+    const int64_t rows = c->B * c->Hq * c->Sq, n = rows * c->D;
+    double *ro = malloc((size_t)n * sizeof(double)), *rl = malloc((size_t)rows * sizeof(double)),
+           *go = malloc((size_t)n * sizeof(double));
+    assert_true(ro && rl && go);
+    reference(&q, &k, &v, c->scale ? c->scale : 1.0 / sqrt((double)c->D), c->causal, ro, rl);
+    int64_t bad_lse = 0;
+    for (int64_t b = 0; b < c->B; b++)
+      for (int64_t h = 0; h < c->Hq; h++)
+        for (int64_t i = 0; i < c->Sq; i++) {
+          const int64_t r = (b * c->Hq + h) * c->Sq + i;
+          for (int64_t d = 0; d < c->D; d++) go[r * c->D + d] = t4_get(&o, b, h, i, d);
+          const double got = ((const float *)lse.host)[r];
+          if (isinf(rl[r]) ? !(isinf(got) && got < 0) : !(fabs(got - rl[r]) <= 1e-3 * (1 + fabs(rl[r])))) bad_lse++;
+        }
+    const double err = test_rel_error(go, ro, n);
+    if (!(err <= fwd_tol(c->in)) || bad_lse) {
+      print_message("FAILED %s: O relative error %.3g (limit %.g), %" PRId64 " LSE values off\n", what, err,
+                    fwd_tol(c->in), bad_lse);
+      ok = 0;
+    }
+    free(ro), free(rl), free(go);
+  }
+  t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&lse);
+  return ok;
+}
+
+static int run_cases(const acase *cs, int n) {
+  int failures = 0;
+  for (int i = 0; i < n; i++) failures += !run_case(&cs[i]);
+  return failures;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Tests                                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+/* Every padded head dim (64, 128, 256) and ones that pad (32, 80), both dtypes, both output
+ * dtypes, causal and not, at ragged equal lengths. */
+static void head_dims_dtypes(void **state) {
+  (void)state;
+  test_seed(11);
+  static const int64_t dims[5] = {32, 64, 80, 128, 256};
+  acase cs[5 * 2 * 2 * 2];
+  int n = 0;
+  for (int di = 0; di < 5; di++)
+    for (int t = 0; t < 2; t++)
+      for (int of = 0; of < 2; of++)
+        for (int causal = 0; causal < 2; causal++) {
+          const DLDataType in = t ? TEST_BF16 : TEST_F16;
+          cs[n++] = (acase){1, 2, 2, 100 + 27 * di, 100 + 27 * di, dims[di], in, of ? TEST_F32 : in, causal, 0, 0};
+        }
+  const int failures = run_cases(cs, n);
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
+/* Sequence lengths 1, 17, 255 and unequal Sq, Sk (bottom-right causal), with GQA and MQA. */
+static void lengths_and_groups(void **state) {
+  (void)state;
+  test_seed(12);
+  static const int64_t lens[3] = {1, 17, 255};
+  acase cs[3 * 3 * 2 * 2];
+  int n = 0;
+  for (int a = 0; a < 3; a++)
+    for (int b = 0; b < 3; b++)
+      for (int causal = 0; causal < 2; causal++)
+        for (int g = 0; g < 2; g++) {
+          const DLDataType in = (a + b + g) % 2 ? TEST_BF16 : TEST_F16;
+          cs[n++] = (acase){2, 4, g ? 1 : 2, lens[a], lens[b], 64, in, in, causal, 0, 0};
+        }
+  const int failures = run_cases(cs, n);
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
+/* [B, S, H, D] buffers passed as their [B, H, S, D] views, a custom scale, and a longer
+ * sequence that spans many key blocks. */
+static void strided_views_scale_long(void **state) {
+  (void)state;
+  test_seed(13);
+  const acase cs[] = {
+      {2, 4, 2, 130, 200, 128, TEST_F16, TEST_F16, 0, 1, 0},
+      {2, 4, 2, 130, 200, 128, TEST_BF16, TEST_F32, 1, 1, 0.3f},
+      {1, 2, 1, 1000, 1000, 64, TEST_F16, TEST_F32, 1, 0, 0},
+      {1, 2, 2, 700, 1100, 128, TEST_BF16, TEST_BF16, 0, 1, 0},
+  };
+  const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
+/* Causal with Sq > Sk: the first Sq - Sk query rows see no key, giving O = 0 and LSE = -inf
+ * (checked by run_case through the reference) and no NaN anywhere. */
+static void fully_masked_rows(void **state) {
+  (void)state;
+  test_seed(14);
+  const acase cs[] = {
+      {1, 2, 1, 90, 20, 64, TEST_F16, TEST_F16, 1, 0, 0},
+      {1, 1, 1, 200, 3, 128, TEST_BF16, TEST_F32, 1, 0, 0},
+  };
+  const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
+/* The same call twice gives the same bits. */
+static void deterministic(void **state) {
+  (void)state;
+  test_seed(15);
+  t4 q, k, v, o;
+  t4_init(&q, 1, 4, 300, 128, TEST_F16, 0);
+  t4_init(&k, 1, 2, 300, 128, TEST_F16, 0);
+  t4_init(&v, 1, 2, 300, 128, TEST_F16, 0);
+  t4_init(&o, 1, 4, 300, 128, TEST_F16, 0);
+  t4_random(&q), t4_random(&k), t4_random(&v);
+  const size_t bytes = (size_t)o.n * 2;
+  void *first = malloc(bytes);
+  assert_non_null(first);
+  for (int run = 0; run < 2; run++) {
+    assert_kiln_ok(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, NULL, g_stream));
+    t4_copy(&o, 0);
+    if (run == 0) memcpy(first, o.host, bytes);
+  }
+  assert_memory_equal(first, o.host, bytes);
+  free(first);
+  t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o);
+}
+
+/* What no GPU kernel handles yet is refused with UNSUPPORTED and says why. */
+static void refusals(void **state) {
+  (void)state;
+  t4 q, k, v, o, q32, k32, v32;
+  t4_init(&q, 1, 1, 16, 40, TEST_F16, 0); /* D = 40 is fine (multiple of 8) */
+  t4_init(&k, 1, 1, 16, 40, TEST_F16, 0);
+  t4_init(&v, 1, 1, 16, 40, TEST_F16, 0);
+  t4_init(&o, 1, 1, 16, 40, TEST_F16, 0);
+  kiln_attention_opts opts = kiln_attention_opts_default();
+  opts.algo = KILN_ATTENTION_SMEM;
+  assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream), KILN_ERROR_UNSUPPORTED,
+                    "kiln_attention: algo SMEM has no GPU kernel yet");
+  /* D = 36: not a multiple of 8 */
+  q.shape[3] = k.shape[3] = v.shape[3] = o.shape[3] = 36;
+  assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, NULL, g_stream), KILN_ERROR_UNSUPPORTED,
+                    "D a multiple of 8, but D is 36");
+  q.shape[3] = k.shape[3] = v.shape[3] = o.shape[3] = 40;
+  /* a sequence stride that is not a multiple of 8 elements */
+  k.strides[2] = 44, k.shape[2] = 8;
+  v.shape[2] = 8;
+  assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, NULL, g_stream), KILN_ERROR_UNSUPPORTED,
+                    "16-byte aligned data", "k [");
+  /* f32 inputs */
+  t4_init(&q32, 1, 1, 16, 40, TEST_F32, 0);
+  t4_init(&k32, 1, 1, 16, 40, TEST_F32, 0);
+  t4_init(&v32, 1, 1, 16, 40, TEST_F32, 0);
+  t4 o32;
+  t4_init(&o32, 1, 1, 16, 40, TEST_F32, 0);
+  assert_kiln_fails(kiln_attention(g_ctx, &q32.t, &k32.t, &v32.t, &o32.t, NULL, NULL, g_stream),
+                    KILN_ERROR_UNSUPPORTED, "float32, which has no GPU attention kernel yet");
+  t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&q32), t4_free(&k32), t4_free(&v32), t4_free(&o32);
+}
+
+int main(int argc, char **argv) {
+  test_apply_filter(argc, argv);
+  g_ctx = test_gpu_context_or_skip(); /* exits 77 (skipped) without a usable GPU */
+  if (kiln_stream_create(g_ctx, &g_stream) != KILN_OK) {
+    printf("FAIL: kiln_stream_create: %s\n", kiln_last_error());
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(head_dims_dtypes),
+      cmocka_unit_test(lengths_and_groups),
+      cmocka_unit_test(strided_views_scale_long),
+      cmocka_unit_test(fully_masked_rows),
+      cmocka_unit_test(deterministic),
+      cmocka_unit_test(refusals),
+  };
+  int failed = cmocka_run_group_tests_name("gpu_attention", tests, NULL, NULL);
+  kiln_stream_destroy(g_ctx, g_stream);
+  kiln_context_destroy(g_ctx);
+  return failed;
+}

@@ -1,0 +1,162 @@
+/*
+ * bench_attention.c — `kiln-bench attention`: kiln_attention's forward against PyTorch SDPA.
+ *
+ * The peer runs in Python (scripts/bench_sdpa.py, on the same GPU in the same session, before
+ * this program) and leaves its times in a text file, one line per case:
+ *   S D causal dtype fwd_us
+ * which --peer FILE reads; rows without a peer line show kiln alone. Shapes follow the
+ * FlashAttention convention: batch·S = 16384 tokens, H·D = 2048, D in {64, 128}, S from 512 to
+ * 16384; FLOPs 4·B·H·S²·D for the forward, half of it when causal.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+const char bench_attention_usage[] =
+    "usage: kiln-bench attention [options]\n"
+    "  O = softmax(Q·Kᵀ/sqrt(D))·V, Q, K, V, O [B, H, S, D] compact, random inputs; forward only.\n"
+    "  Shapes: B·S = 16384, H·D = 2048, S in 512..16384 (--quick: 2048, 8192), D in 64, 128.\n"
+    "  --dtype f16|bf16|all   input and output dtype (default f16)\n"
+    "  --causal 0|1|all       (default all)\n"
+    "  --peer FILE            peer times from scripts/bench_sdpa.py (lines: S D causal dtype fwd_us)\n" BENCH_COMMON_USAGE;
+
+typedef struct attn_opts {
+  bench_dtype dtypes[2];
+  int n_dtypes;
+  int causal_lo, causal_hi;
+  const char *peer_path;
+  bench_common common;
+} attn_opts;
+
+typedef struct peer_time {
+  int s, d, causal;
+  char dtype[8];
+  double us;
+} peer_time;
+
+static int read_peer(const char *path, peer_time *out, int cap) {
+  FILE *f = path ? fopen(path, "r") : NULL;
+  if (!f) return 0;
+  int n = 0;
+  char line[256];
+  while (n < cap && fgets(line, sizeof line, f))
+    if (sscanf(line, "%d %d %d %7s %lf", &out[n].s, &out[n].d, &out[n].causal, out[n].dtype, &out[n].us) == 5) n++;
+  fclose(f);
+  return n;
+}
+
+typedef struct attn_call {
+  bench_env *env;
+  int64_t shape[4];
+  DLTensor q, k, v, o;
+  kiln_attention_opts opts;
+  kiln_status st;
+} attn_call;
+
+static int attn_call_fn(void *user, int iter) {
+  (void)iter; /* inputs are 3 x 64 MiB, beyond L2 by themselves: no rotation needed */
+  attn_call *c = user;
+  c->st = kiln_attention(c->env->ctx, &c->q, &c->k, &c->v, &c->o, NULL, &c->opts, c->env->stream);
+  return c->st != KILN_OK;
+}
+
+static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtype dt, const peer_time *peers,
+                    int n_peers) {
+  const int64_t B = 16384 / S, H = 2048 / D, count = B * H * S * D;
+  const size_t bytes = (size_t)count * bench_dtype_size(dt);
+  CUdeviceptr q = 0, k = 0, v = 0, o = 0;
+  int rc = 0;
+  if (bench_alloc(env, bytes, &q) || bench_alloc(env, bytes, &k) || bench_alloc(env, bytes, &v) ||
+      bench_alloc(env, bytes, &o)) {
+    rc = -1;
+    goto done;
+  }
+  if ((rc = bench_fill_random(env, q, (size_t)count, dt, 11)) || (rc = bench_fill_random(env, k, (size_t)count, dt, 12)) ||
+      (rc = bench_fill_random(env, v, (size_t)count, dt, 13)))
+    goto done;
+  attn_call c = {.env = env, .shape = {B, H, S, D}};
+  DLDevice dev = {kDLCUDA, env->info.ordinal};
+  c.q = (DLTensor){(void *)(uintptr_t)q, dev, 4, bench_dtype_dl(dt), c.shape, NULL, 0};
+  c.k = c.q, c.v = c.q, c.o = c.q;
+  c.k.data = (void *)(uintptr_t)k, c.v.data = (void *)(uintptr_t)v, c.o.data = (void *)(uintptr_t)o;
+  c.opts = kiln_attention_opts_default();
+  c.opts.causal = causal;
+
+  char shape_s[48], algo_s[24];
+  snprintf(shape_s, sizeof shape_s, "B%lldH%lldS%lldD%lld", (long long)B, (long long)H, (long long)S, (long long)D);
+  snprintf(algo_s, sizeof algo_s, "flash%s", causal ? " causal" : "");
+  const double flops = 4.0 * (double)B * (double)H * (double)S * (double)S * (double)D / (causal ? 2.0 : 1.0);
+  bench_row row;
+  bench_row_init(&row, "attention", shape_s, bench_dtype_name(dt), algo_s, BENCH_TFLOPS, flops);
+  for (int i = 0; i < n_peers; i++)
+    if (peers[i].s == S && peers[i].d == D && peers[i].causal == causal && !strcmp(peers[i].dtype, bench_dtype_name(dt))) {
+      snprintf(row.peer, sizeof row.peer, "torch sdpa flash");
+      row.peer_t.median_us = row.peer_t.min_us = row.peer_t.p90_us = peers[i].us;
+    }
+  if (bench_time(env, env->stream, attn_call_fn, &c, bench_default_reps(env), &row.kiln)) {
+    if (c.st == KILN_OK) {
+      rc = -1;
+      goto done;
+    }
+    snprintf(row.note, sizeof row.note, "error: %s", kiln_last_error());
+    env->failures++;
+  }
+  bench_report(env, &row);
+done:
+  bench_free(env, q), bench_free(env, k), bench_free(env, v), bench_free(env, o);
+  return rc;
+}
+
+int bench_attention_main(int argc, char **argv) {
+  attn_opts o = {.dtypes = {BENCH_F16}, .n_dtypes = 1, .causal_lo = 0, .causal_hi = 1};
+  bench_common_init(&o.common);
+  for (int i = 1; i < argc; i++) {
+    int c = bench_parse_common(argc, argv, &i, &o.common);
+    if (c < 0) return 2;
+    if (c > 0) continue;
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(bench_attention_usage, stdout);
+      return 0;
+    }
+    i++;
+    if (!strcmp(a, "--dtype") && v && !strcmp(v, "all")) {
+      o.dtypes[0] = BENCH_F16, o.dtypes[1] = BENCH_BF16, o.n_dtypes = 2;
+    } else if (!strcmp(a, "--dtype") && v && !bench_dtype_parse(v, &o.dtypes[0]) &&
+               (o.dtypes[0] == BENCH_F16 || o.dtypes[0] == BENCH_BF16)) {
+      o.n_dtypes = 1;
+    } else if (!strcmp(a, "--causal") && v && (!strcmp(v, "0") || !strcmp(v, "1") || !strcmp(v, "all"))) {
+      o.causal_lo = !strcmp(v, "1");
+      o.causal_hi = strcmp(v, "0") ? 1 : 0;
+    } else if (!strcmp(a, "--peer") && v) {
+      o.peer_path = v;
+    } else {
+      fprintf(stderr, "kiln-bench attention: bad option or value \"%s %s\" (see kiln-bench attention --help)\n", a,
+              v ? v : "");
+      return 2;
+    }
+  }
+  peer_time peers[256];
+  const int n_peers = read_peer(o.peer_path, peers, 256);
+  if (o.peer_path && !n_peers) printf("note: no peer times read from %s\n", o.peer_path);
+
+  bench_env env;
+  if (bench_env_open(&env, &o.common, 1)) {
+    bench_env_close(&env);
+    return 1;
+  }
+  static const int64_t full[] = {512, 1024, 2048, 4096, 8192, 16384}, quick[] = {2048, 8192};
+  const int64_t *ss = o.common.quick ? quick : full;
+  const int n_s = o.common.quick ? 2 : 6;
+  bench_table_header(BENCH_TFLOPS);
+  int dead = 0;
+  for (int di = 0; di < 2 && !dead; di++)
+    for (int ci = o.causal_lo; ci <= o.causal_hi && !dead; ci++)
+      for (int t = 0; t < o.n_dtypes && !dead; t++)
+        for (int si = 0; si < n_s && !dead; si++)
+          dead = run_case(&env, ss[si], di ? 128 : 64, ci, o.dtypes[t], peers, n_peers) < 0;
+  if (dead) fprintf(stderr, "kiln-bench attention: stopping: the device reported an error (see above)\n");
+  return bench_env_close(&env);
+}
