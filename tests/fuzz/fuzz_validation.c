@@ -1,8 +1,11 @@
 /*
  * fuzz_validation.c — libFuzzer target for the validation of every public entry point that takes
- * DLTensors. The input bytes become up to five arbitrary tensor descriptors (rank, shape, strides
+ * DLTensors. The input bytes become up to nine arbitrary tensor descriptors (rank, shape, strides
  * or NULL, byte_offset, dtype, device, data pointer or NULL) and op options; each entry point must
  * return a status, never crash, and never touch memory outside what the descriptors describe.
+ * The first five descriptors and the matmul options come first in the input, so older corpus
+ * entries keep their meaning; a later selector byte switches to the attention entry points,
+ * which take all nine (q, k, v, o, lse, dout, dq, dk, dv).
  *
  * Descriptors point into one arena. The size query (validation only) runs on anything; the ops
  * run only when every accepted tensor's extent, computed here independently of kiln, lies inside
@@ -96,17 +99,45 @@ static int64_t numel(const DLTensor *t) {
   return n;
 }
 
+static _Alignas(256) unsigned char workspace[1 << 16];
+
+/* kiln_attention and its backward on t[0..8] = q, k, v, o, lse, dout, dq, dk, dv. */
+static void fuzz_attention(kiln_context *ctx, reader *r, const DLTensor *const t[9]) {
+  kiln_attention_opts o = kiln_attention_opts_default();
+  const uint8_t a = (uint8_t)take(r, 1), sc = (uint8_t)take(r, 1);
+  o.algo = (kiln_attention_algo)(a % 5 == 4 ? 7 : a % 5 == 3 ? 1 : 0); /* mostly AUTO, sometimes SMEM or bad */
+  o.causal = (a >> 3) % 3;                                                 /* 2 is invalid */
+  o.deterministic = (a >> 5) & 1;
+  o.scale = sc == 255 ? __builtin_nanf("") : sc == 254 ? -1.0f : (float)sc / 32.0f;
+
+  size_t ws = 0;
+  kiln_attention_backward_workspace_size(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], &o, &ws);
+  for (int i = 0; i < 9; i++)
+    if (t[i] && !extent_fits(t[i])) return;
+  /* work ~ numel(q) · Sk · (D + Dv) <= numel(q) · numel(k) · 2: keep it under ~1M */
+  if (t[0] && t[1] && (numel(t[0]) > (1 << 20) || numel(t[0]) * (numel(t[1]) + 1) > (1 << 20))) return;
+  kiln_attention(ctx, t[0], t[1], t[2], t[3], t[4], &o, NULL);
+  if (ws <= sizeof workspace)
+    kiln_attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], workspace, ws, &o, NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static kiln_context *ctx;
   if (!ctx && kiln_context_create(kDLCPU, 0, &ctx) != KILN_OK) abort();
   reader r = {data, size};
-  fuzz_tensor f[5];
+  fuzz_tensor f[9];
   for (int i = 0; i < 5; i++) read_tensor(&r, &f[i]);
-  const DLTensor *t[5];
-  for (int i = 0; i < 5; i++) t[i] = f[i].present ? &f[i].t : NULL;
   kiln_matmul_opts o = kiln_matmul_opts_default();
   o.algo = (kiln_matmul_algo)(take(&r, 1) % 6 == 5 ? 42 : 0);
   o.alpha = (float)(int8_t)take(&r, 1) / 16.0f;
+  const int attention = take(&r, 1) % 2;
+  for (int i = 5; i < 9; i++) read_tensor(&r, &f[i]);
+  const DLTensor *t[9];
+  for (int i = 0; i < 9; i++) t[i] = f[i].present ? &f[i].t : NULL;
+  if (attention) {
+    fuzz_attention(ctx, &r, t);
+    return 0;
+  }
 
   /* Validation only: no memory is touched, whatever the descriptors say. */
   size_t ws = 0;
@@ -120,7 +151,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kiln_matmul(ctx, t[0], t[1], t[2], &o, NULL);
   kiln_cast(ctx, t[0], t[2], NULL);
   kiln_tensor_copy(ctx, t[0], t[2], NULL);
-  static _Alignas(256) unsigned char workspace[1 << 16];
   if (ws <= sizeof workspace) kiln_matmul_backward(ctx, t[0], t[1], t[2], t[3], t[4], workspace, ws, &o, NULL);
   return 0;
 }
