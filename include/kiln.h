@@ -277,6 +277,44 @@ KILN_API kiln_status kiln_matmul_backward(kiln_context *ctx, const DLTensor *a, 
                                           const kiln_matmul_opts *opts, CUstream stream);
 
 /* ------------------------------------------------------------------------------------------ */
+/* kiln_matmul_int8 — W8A8: C = (A·B in exact int32) · scale · row_scale[i] · col_scale[j]    */
+/* ------------------------------------------------------------------------------------------ */
+/* A [M,K] or [batch,M,K] and B [K,N] or [batch,K,N] int8 (uint8 tensors are taken as int8 bit
+ * patterns, for frameworks without an int8 dtype); either may be a transposed view (e.g. a
+ * weight W[N,K] passed as W.T), any leading dimension, a batch of 1 broadcasts. Sums are exact:
+ * 1 <= K <= 2^17 = 131072, so |sum| <= 2^31, reached only by 2^17 products (-128)·(-128) and read
+ * as +2^31 (accumulated modulo 2^32). C [M,N] or [batch,M,N] in f32, f16 or bf16 receives
+ * v = (float)sum; v *= scale; v *= row_scale[i]; v *= col_scale[j] (absent factors skipped), in
+ * f32 in that order, then rounded once to C's dtype. Any M, N >= 1. C must not overlap A, B or
+ * the scale vectors. */
+typedef enum kiln_int8_algo {
+  KILN_INT8_AUTO = 0, /* the CPU path on a CPU context; on a GPU: no int8 kernel yet (UNSUPPORTED) */
+} kiln_int8_algo;
+
+typedef struct kiln_matmul_int8_opts {
+  kiln_int8_algo algo;
+  float scale;                /* per-tensor scale; kiln_matmul_int8_opts_default() sets 1 */
+  const DLTensor *row_scale;  /* optional f32 [M] (per row of A, e.g. per-token activation scales) */
+  const DLTensor *col_scale;  /* optional f32 [N] (per output column, e.g. per-channel weights) */
+} kiln_matmul_int8_opts;
+
+KILN_API kiln_matmul_int8_opts kiln_matmul_int8_opts_default(void);
+/* opts may be NULL (defaults: scale 1, no row or column scales). */
+KILN_API kiln_status kiln_matmul_int8(kiln_context *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *c,
+                                      const kiln_matmul_int8_opts *opts, CUstream stream);
+
+/* Symmetric int8 quantization of a float weight w [K,N] (f32, f16 or bf16, any strides): with
+ * per_column, scales is f32 [N] and scales[n] = max_k |w[k,n]| / 127; else scales is f32 [1]
+ * with the maximum over the whole tensor. q[k,n] = round-half-even(w[k,n] / scale) clamped to
+ * [-127, 127] (an all-zero column gets scale 1 and zeros; a maximum so small that max / 127
+ * underflows gets the smallest subnormal). NaN or infinite weights are rejected before anything
+ * is written. q is int8 (or uint8) with w's shape, any strides. Then w ≈ q · scale, and
+ * kiln_matmul_int8 with col_scale = scales (or scale = scales[0]) multiplies by it. CPU only for
+ * now (UNSUPPORTED on a GPU context). */
+KILN_API kiln_status kiln_quantize_int8(kiln_context *ctx, const DLTensor *w, const DLTensor *q,
+                                        const DLTensor *scales, int per_column, CUstream stream);
+
+/* ------------------------------------------------------------------------------------------ */
 /* kiln_attention — O = softmax(scale · Q·Kᵀ + mask) · V                                       */
 /* ------------------------------------------------------------------------------------------ */
 /* Q [B, Hq, Sq, D], K [B, Hkv, Sk, D], V [B, Hkv, Sk, Dv], O [B, Hq, Sq, Dv]; rank 3 tensors are

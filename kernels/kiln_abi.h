@@ -106,6 +106,26 @@ typedef struct kiln_cast_args {
   int32_t src_dtype, dst_dtype;
 } kiln_cast_args;
 
+/* W8A8 (kiln_matmul_int8): C[b] = float(A[b]·B[b] in int32) · scale · row_scale[i] ·
+ * col_scale[j], multiplied in f32 in that order (kiln.h), with the element addressing of
+ * kiln_gemm_args (A [m,k], B [k,n], int8) and general C strides (c_rs, c_cs). A kernel that
+ * computes Cᵀ = Bᵀ·Aᵀ must still apply row_scale before col_scale to match the CPU bit for bit.
+ * row_scale / col_scale: f32 vectors read at i·row_scale_stride and j·col_scale_stride, NULL
+ * when absent. */
+typedef struct kiln_int8_args {
+  const int8_t *a;
+  const int8_t *b;
+  void *c;
+  const float *row_scale, *col_scale;
+  int64_t a_bs, a_rs, a_cs;
+  int64_t b_bs, b_rs, b_cs;
+  int64_t c_bs, c_rs, c_cs;
+  int64_t row_scale_stride, col_scale_stride;
+  int32_t m, n, k, batch;
+  float scale;
+  int32_t c_dtype; /* KILN_DT_* */
+} kiln_int8_args;
+
 /* Attention (kiln_attention): element (b, h, s, d) of X lives at X + b·x_bs + h·x_hs + s·x_ss +
  * d·x_ds (strides in elements). K and V heads are indexed by h / (hq / hkv). lse is f32 at
  * lse + b·lse_bs + h·lse_hs + s (NULL: not written). scale multiplies Q·Kᵀ (already resolved:

@@ -26,4 +26,30 @@ kiln_status kiln_cpu_gemm(const char *op, const kiln_matrix *a, const kiln_matri
 kiln_status kiln_cpu_attention_forward(const char *op, const kiln_attn_args *args);
 kiln_status kiln_cpu_attention_backward(const char *op, const kiln_attn_args *args);
 
+/* W8A8 over a validated kiln_int8_args (src/ops/matmul_int8.c): exact integer sums, then
+ * c = ((float(sum) · scale) · row_scale[i]) · col_scale[j] in f32, left to right (a factor that
+ * is absent is skipped), rounded once into c's dtype (RNE). The GPU kernels follow this order.
+ * Only failure: KILN_ERROR_OUT_OF_MEMORY (host panels), before anything is written. */
+kiln_status kiln_cpu_matmul_int8(const char *op, const kiln_int8_args *args);
+
+/* kiln_quantize_int8's problem after validation: w [k, n] (KILN_DT_* w_dtype) and q [k, n]
+ * int8 with element strides (0 over a dimension of size 1), scales f32 at i·scales_stride
+ * (n of them with per_column, else 1). */
+typedef struct kiln_cpu_quant_args {
+  const void *w;
+  int w_dtype;
+  int64_t w_rs, w_cs;
+  int8_t *q;
+  int64_t q_rs, q_cs;
+  float *scales;
+  int64_t scales_stride;
+  int64_t k, n;
+  int per_column;
+} kiln_cpu_quant_args;
+
+/* Symmetric quantization (kiln.h): scale = max|w| / 127 in f32 (1 for an all-zero column or
+ * tensor), q = nearbyintf(w / scale) clamped to [-127, 127]. Fails (INVALID_ARGUMENT) on a
+ * NaN or infinite weight and (OUT_OF_MEMORY) without scratch, both before anything is written. */
+kiln_status kiln_cpu_quantize_int8(const char *op, const kiln_cpu_quant_args *args);
+
 #endif /* KILN_CPU_H */

@@ -23,6 +23,10 @@ kiln_status kiln_cast_prepare(const kiln_context *ctx, const char *op, const DLT
 /* Enqueues a prepared cast (GPU) or runs it (CPU). The context has been entered on the GPU. */
 kiln_status kiln_cast_run(const kiln_context *ctx, const kiln_cast_args *args, CUstream stream, const char *op);
 
+/* W8A8 on the GPU (src/ops/matmul_int8_gpu.c): args validated by src/ops/matmul_int8.c, the
+ * context entered; UNSUPPORTED with a message for what no kernel handles. */
+kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const kiln_int8_args *args, CUstream stream);
+
 /* Attention on the GPU (src/ops/attention_gpu.c): args validated by src/ops/attention.c, the
  * context entered. algo is AUTO, SMEM or FLASH. Fail with UNSUPPORTED (and a message naming
  * what is unsupported) for a problem no kernel handles. */
