@@ -5,7 +5,7 @@
  * return a status, never crash, and never touch memory outside what the descriptors describe.
  * The first five descriptors and the matmul options come first in the input, so older corpus
  * entries keep their meaning; a later selector byte switches to the attention entry points,
- * which take all nine (q, k, v, o, lse, dout, dq, dk, dv).
+ * which take all nine (q, k, v, o, lse, dout, dq, dk, dv), or to the int8 ones.
  *
  * Descriptors point into one arena. The size query (validation only) runs on anything; the ops
  * run only when every accepted tensor's extent, computed here independently of kiln, lies inside
@@ -121,6 +121,21 @@ static void fuzz_attention(kiln_context *ctx, reader *r, const DLTensor *const t
     kiln_attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], workspace, ws, &o, NULL);
 }
 
+/* kiln_matmul_int8 on t[0..4] = a, b, c, row_scale, col_scale; kiln_quantize_int8 on w, q, scales. */
+static void fuzz_int8(kiln_context *ctx, reader *r, const DLTensor *const t[9]) {
+  kiln_matmul_int8_opts o = kiln_matmul_int8_opts_default();
+  const uint8_t a = (uint8_t)take(r, 1), sc = (uint8_t)take(r, 1);
+  o.algo = (kiln_int8_algo)(a % 7 == 6 ? 3 : 0);
+  o.scale = sc == 255 ? __builtin_inff() : (float)(int8_t)sc / 8.0f;
+  o.row_scale = t[3];
+  o.col_scale = t[4];
+  for (int i = 0; i < 5; i++)
+    if (t[i] && !extent_fits(t[i])) return;
+  if (t[0] && t[1] && (numel(t[0]) > (1 << 20) || numel(t[0]) * (numel(t[1]) + 1) > (1 << 20))) return;
+  kiln_matmul_int8(ctx, t[0], t[1], t[2], &o, NULL);
+  kiln_quantize_int8(ctx, t[0], t[1], t[2], (a >> 3) % 3, NULL); /* per_column 2 is invalid */
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static kiln_context *ctx;
   if (!ctx && kiln_context_create(kDLCPU, 0, &ctx) != KILN_OK) abort();
@@ -130,12 +145,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kiln_matmul_opts o = kiln_matmul_opts_default();
   o.algo = (kiln_matmul_algo)(take(&r, 1) % 6 == 5 ? 42 : 0);
   o.alpha = (float)(int8_t)take(&r, 1) / 16.0f;
-  const int attention = take(&r, 1) % 2;
+  const int family = take(&r, 1) % 3; /* 0 matmul, 1 attention, 2 int8 */
   for (int i = 5; i < 9; i++) read_tensor(&r, &f[i]);
   const DLTensor *t[9];
   for (int i = 0; i < 9; i++) t[i] = f[i].present ? &f[i].t : NULL;
-  if (attention) {
+  if (family == 1) {
     fuzz_attention(ctx, &r, t);
+    return 0;
+  }
+  if (family == 2) {
+    fuzz_int8(ctx, &r, t);
     return 0;
   }
 
