@@ -315,6 +315,74 @@ KILN_API kiln_status kiln_quantize_int8(kiln_context *ctx, const DLTensor *w, co
                                         const DLTensor *scales, int per_column, CUstream stream);
 
 /* ------------------------------------------------------------------------------------------ */
+/* kiln_qweight — 4-bit weights in kiln's native layout, and importers into it                */
+/* ------------------------------------------------------------------------------------------ */
+/* A quantized weight of logical shape [K, N] (y = x·W, x [M, K]) with group size G (32, 64, 128,
+ * or K for one group per column; K % G == 0 and K % 8 == 0):
+ *   w[k, n] = scales[k / G, n] · (q[k, n] − zeros[k / G, n])
+ * Native layout (the buffers a kiln_qweight points to, all compact, row-major):
+ *   codes   uint32 [K / 8, N]: word (r, n) holds q[8r + j, n] for j = 0..7 in bits 4j..4j+3
+ *           (lowest nibble = lowest k), codes unsigned 0..15. A warp reading 32 adjacent
+ *           columns of one word row loads 128 contiguous bytes: 8 k's of 32 columns.
+ *   scales  f16 [K / G, N].
+ *   zeros   uint8 [K / G, N], values 0..16 (16 only from GPTQ v1, which stores zero − 1 in a
+ *           nibble); symmetric weights (signed codes −8..7 in the source formats) are stored as
+ *           code + 8 with every zero 8, so one formula serves both.
+ *   perm    int32 [K] or NULL: act-order (GPTQ g_idx) weights store rows sorted by group
+ *           (stable; every group must have exactly G rows); then x must be permuted too,
+ *           x'[:, i] = x[:, perm[i]]. kiln_qweight_import writes perm when out->perm is
+ *           non-NULL (the identity when there is no act-order) and fails for act-order weights
+ *           when it is NULL; kiln_matmul_int4 will apply it.
+ * Buffers live on the context's device (CPU importers: host memory); kiln_qweight_bytes gives
+ * their sizes. The struct only points: the caller owns the memory. */
+typedef struct kiln_qweight {
+  int64_t k, n, group; /* group == k: one group per column */
+  uint32_t *codes;     /* [k / 8, n] */
+  uint16_t *scales;    /* f16 bits [k / group, n] */
+  uint8_t *zeros;      /* [k / group, n] */
+  int32_t *perm;       /* [k] or NULL */
+  DLDevice device;
+} kiln_qweight;
+
+/* Bytes of each native buffer for a [k, n] weight of group size g (checks k, n, g). */
+KILN_API kiln_status kiln_qweight_bytes(int64_t k, int64_t n, int64_t group, size_t *codes_bytes,
+                                        size_t *scales_bytes, size_t *zeros_bytes, size_t *perm_bytes);
+
+/* Source formats of the importers (SPEC 4.3 gives every bit). */
+typedef enum kiln_qformat {
+  KILN_QFORMAT_REFERENCE = 1, /* reference system: signed codes, u32 [K/8, N] stored N-major, f16 scales [K/128, N] */
+  KILN_QFORMAT_GPTQ_V1 = 2,   /* qweight i32 [K/8, N], qzeros i32 [K/G, N/8] (zero − 1), scales f16, g_idx i32 [K] */
+  KILN_QFORMAT_GPTQ_V2 = 3,   /* as v1 with the zero stored as is */
+  KILN_QFORMAT_AWQ = 4,       /* qweight i32 [K, N/8] interleaved 0,2,4,6,1,3,5,7; qzeros i32 [K/G, N/8]; scales f16 */
+} kiln_qformat;
+
+/* Imports packed weights of a source format into the native buffers of out (whose k, n,
+ * group and pointers the caller set; see perm above). qweight, qzeros, scales, g_idx are
+ * DLTensors in the source format's dtypes and shapes: packed words int32 or uint32, scales f16,
+ * g_idx int32 [K] (GPTQ only; NULL for none), qzeros NULL for REFERENCE (whose group is 128 and
+ * whose qweight may be given as [K/8, N] with N-major strides or as [N, K/8]). GPTQ and AWQ need
+ * N % 8 == 0 (zeros packed 8 to a word). Exact: dequantizing the result reproduces the source
+ * format's formula bit for bit. CPU context only for now. */
+KILN_API kiln_status kiln_qweight_import(kiln_context *ctx, kiln_qformat format, const DLTensor *qweight,
+                                         const DLTensor *qzeros, const DLTensor *scales, const DLTensor *g_idx,
+                                         kiln_qweight *out, CUstream stream);
+
+/* Round-to-nearest quantization of a float weight into out: w is f32/f16/bf16 [K, N] (or a
+ * [N, K] tensor passed as its transposed view), symmetric (codes −8..7, scale = max|w| / 7,
+ * zeros 8) or asymmetric (codes 0..15, with min and max taken over the group and 0: scale =
+ * (max − min) / 15, zero = round(−min / scale) clamped to 0..15), per group of out->group rows.
+ * Scales are rounded to f16 first and codes computed from the rounded scale (round half to
+ * even); an all-zero group gets scale 1. Weights must be finite with |w| <= 65504 · 7.
+ * CPU context only for now. */
+KILN_API kiln_status kiln_qweight_quantize(kiln_context *ctx, const DLTensor *w, int symmetric, kiln_qweight *out,
+                                           CUstream stream);
+
+/* w[k, n] as defined above, into f32/f16/bf16 [K, N] (row order of the native rows, i.e.
+ * permuted when perm is set). CPU context only for now; for tests and debugging. */
+KILN_API kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweight *qw, const DLTensor *w,
+                                             CUstream stream);
+
+/* ------------------------------------------------------------------------------------------ */
 /* kiln_attention — O = softmax(scale · Q·Kᵀ + mask) · V                                       */
 /* ------------------------------------------------------------------------------------------ */
 /* Q [B, Hq, Sq, D], K [B, Hkv, Sk, D], V [B, Hkv, Sk, Dv], O [B, Hq, Sq, Dv]; rank 3 tensors are
