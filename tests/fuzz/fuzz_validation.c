@@ -5,7 +5,8 @@
  * return a status, never crash, and never touch memory outside what the descriptors describe.
  * The first five descriptors and the matmul options come first in the input, so older corpus
  * entries keep their meaning; a later selector byte switches to the attention entry points,
- * which take all nine (q, k, v, o, lse, dout, dq, dk, dv), or to the int8 ones.
+ * which take all nine (q, k, v, o, lse, dout, dq, dk, dv), to the int8 ones, or to the INT4
+ * weight importers, quantizer and dequantizer (whose native buffers live in a second arena).
  *
  * Descriptors point into one arena. The size query (validation only) runs on anything; the ops
  * run only when every accepted tensor's extent, computed here independently of kiln, lies inside
@@ -136,6 +137,37 @@ static void fuzz_int8(kiln_context *ctx, reader *r, const DLTensor *const t[9]) 
   kiln_quantize_int8(ctx, t[0], t[1], t[2], (a >> 3) % 3, NULL); /* per_column 2 is invalid */
 }
 
+/* kiln_qweight_*: qweight, qzeros, scales, g_idx = t[0..3], a float weight or output t[4]; the
+ * native buffers of the fuzzed [k, n] / group are carved from their own arena when they fit. */
+static _Alignas(256) unsigned char qarena[1 << 18];
+static void fuzz_qweight(kiln_context *ctx, reader *r, const DLTensor *const t[9]) {
+  const uint8_t fmt = (uint8_t)take(r, 1), flags = (uint8_t)take(r, 1);
+  kiln_qweight qw;
+  memset(&qw, 0, sizeof qw);
+  qw.device = (DLDevice){kDLCPU, 0};
+  qw.k = (int64_t)(take(r, 2) % 1100) - 2;
+  qw.n = (int64_t)(take(r, 1)) - 2;
+  static const int64_t groups[] = {32, 64, 128, 0, 48, -1};
+  qw.group = groups[flags % 6] == 0 ? qw.k : groups[flags % 6];
+  size_t cb = 0, sb = 0, zb = 0, pb = 0;
+  if (kiln_qweight_bytes(qw.k, qw.n, qw.group, &cb, &sb, &zb, &pb) != KILN_OK) {
+    qw.codes = (uint32_t *)qarena, qw.scales = (uint16_t *)qarena, qw.zeros = qarena; /* validation only */
+  } else {
+    if (cb + sb + zb + pb + 4 * 256 > sizeof qarena) return;
+    size_t off = 0;
+    qw.codes = (uint32_t *)(qarena + off), off += (cb + 255) & ~(size_t)255;
+    qw.scales = (uint16_t *)(qarena + off), off += (sb + 255) & ~(size_t)255;
+    qw.zeros = qarena + off, off += (zb + 255) & ~(size_t)255;
+    qw.perm = (flags >> 3) & 1 ? (int32_t *)(qarena + off) : NULL;
+  }
+  for (int i = 0; i < 5; i++)
+    if (t[i] && !extent_fits(t[i])) return;
+  if (t[0] && numel(t[0]) > (1 << 16)) return;
+  kiln_qweight_import(ctx, (kiln_qformat)(fmt % 6), t[0], t[1], t[2], t[3], &qw, NULL);
+  kiln_qweight_dequantize(ctx, &qw, t[4], NULL);
+  kiln_qweight_quantize(ctx, t[4], (flags >> 4) & 1, &qw, NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static kiln_context *ctx;
   if (!ctx && kiln_context_create(kDLCPU, 0, &ctx) != KILN_OK) abort();
@@ -145,7 +177,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kiln_matmul_opts o = kiln_matmul_opts_default();
   o.algo = (kiln_matmul_algo)(take(&r, 1) % 6 == 5 ? 42 : 0);
   o.alpha = (float)(int8_t)take(&r, 1) / 16.0f;
-  const int family = take(&r, 1) % 3; /* 0 matmul, 1 attention, 2 int8 */
+  const int family = take(&r, 1) % 4; /* 0 matmul, 1 attention, 2 int8, 3 int4 weights */
   for (int i = 5; i < 9; i++) read_tensor(&r, &f[i]);
   const DLTensor *t[9];
   for (int i = 0; i < 9; i++) t[i] = f[i].present ? &f[i].t : NULL;
@@ -155,6 +187,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (family == 2) {
     fuzz_int8(ctx, &r, t);
+    return 0;
+  }
+  if (family == 3) {
+    fuzz_qweight(ctx, &r, t);
     return 0;
   }
 
