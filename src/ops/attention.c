@@ -176,12 +176,6 @@ static kiln_status check_output_layout(const char *op, const char *arg, const at
   return KILN_OK;
 }
 
-static bool views_overlap(const attn_view *x, const attn_view *y) {
-  uintptr_t x0 = (uintptr_t)x->data, x1 = x0 + (uintptr_t)x->span_bytes;
-  uintptr_t y0 = (uintptr_t)y->data, y1 = y0 + (uintptr_t)y->span_bytes;
-  return x0 < y1 && y0 < x1;
-}
-
 typedef struct named_view {
   const char *name;
   const attn_view *v;
@@ -190,12 +184,12 @@ typedef struct named_view {
 /* out must not overlap any of the others (absent ones skipped). */
 static kiln_status check_no_overlap(const char *op, const char *out_name, const attn_view *out, const named_view *others,
                                     size_t count) {
-  for (size_t i = 0; i < count; i++)
-    if (others[i].v && others[i].v->t && views_overlap(out, others[i].v))
-      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                       "%s: %s overlaps %s in memory; the output must be a separate buffer", op, out_name,
-                       others[i].name);
-  return KILN_OK;
+  kiln_status st = KILN_OK;
+  for (size_t i = 0; i < count && !st; i++)
+    if (others[i].v && others[i].v->t)
+      st = kiln_check_disjoint(op, out_name, out->data, out->span_bytes, others[i].name, others[i].v->data,
+                               others[i].v->span_bytes);
+  return st;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -523,7 +517,7 @@ kiln_status kiln_attention_backward(kiln_context *ctx, const DLTensor *q, const 
     const named_view all[9] = {{"q", &p.q},       {"k", &p.k},   {"v", &p.v},   {"o", &p.o},  {"lse", &p.lse},
                                {"dout", &p.dout}, {"dq", &p.dq}, {"dk", &p.dk}, {"dv", &p.dv}};
     for (size_t i = 0; i < 9; i++)
-      if (all[i].v->t && views_overlap(&ws, all[i].v))
+      if (all[i].v->t && kiln_spans_overlap(ws.data, ws.span_bytes, all[i].v->data, all[i].v->span_bytes))
         return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
                          "%s: workspace overlaps %s in memory; the workspace must be a separate buffer", op,
                          all[i].name);

@@ -258,39 +258,6 @@ static kiln_status check_inputs(const kiln_context *ctx, const char *op, const D
   return KILN_OK;
 }
 
-/* A float matrix argument of expected shape [batch?, rows, cols]; an output must also not
- * overlap itself across batches (an input, e.g. dC, may broadcast with batch stride 0). */
-static kiln_status check_float_matrix(const kiln_context *ctx, const char *op, const char *arg, const DLTensor *t,
-                                      int64_t batch, int64_t rows, int64_t cols, bool output, kiln_matrix *m) {
-  kiln_status st;
-  if ((st = kiln_check_tensor(ctx, op, arg, t))) return st;
-  char dn[48], sh[160];
-  if (kiln_dt_code(t->dtype) < 0)
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has dtype %s; expected float32, float16 or bfloat16", op, arg,
-                     kiln_dtype_name(t->dtype, dn));
-  if ((st = kiln_matrix_view(op, arg, t, true, m))) return st;
-  if (m->rows != rows || m->cols != cols || (m->batch != batch && !(batch == 1 && t->ndim == 2)) ||
-      (t->ndim == 2 && batch != 1)) {
-    char want[96];
-    if (batch > 1)
-      snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 ", %" PRId64 "]", batch, rows, cols);
-    else
-      snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "] (or [1, %" PRId64 ", %" PRId64 "])", rows, cols, rows,
-               cols);
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s; expected %s", op, arg,
-                     kiln_shape_str(t, sh, sizeof sh), want);
-  }
-  return output ? kiln_check_output_matrix(op, arg, m) : KILN_OK;
-}
-
-static kiln_status check_no_overlap(const char *op, const char *out_name, const kiln_matrix *out, const char *in_name,
-                                    const kiln_matrix *in) {
-  if (kiln_matrix_overlap(out, in))
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: %s overlaps %s in memory; the output must be a separate buffer", op, out_name, in_name);
-  return KILN_OK;
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* kiln_matmul                                                                                */
 /* ------------------------------------------------------------------------------------------ */
@@ -304,8 +271,8 @@ kiln_status kiln_matmul(kiln_context *ctx, const DLTensor *a, const DLTensor *b,
   matmul_shapes s;
   kiln_matrix cm;
   if ((st = check_inputs(ctx, op, a, b, &s))) return st;
-  if ((st = check_float_matrix(ctx, op, "c", c, s.batch, s.m, s.n, true, &cm))) return st;
-  if ((st = check_no_overlap(op, "c", &cm, "a", &s.a)) || (st = check_no_overlap(op, "c", &cm, "b", &s.b))) return st;
+  if ((st = kiln_check_float_matrix(ctx, op, "c", c, s.batch, s.m, s.n, true, &cm))) return st;
+  if ((st = kiln_check_no_overlap(op, "c", &cm, "a", &s.a)) || (st = kiln_check_no_overlap(op, "c", &cm, "b", &s.b))) return st;
   if (ctx->device_type == kDLCPU) return gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, o.tile_n, stream);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
@@ -338,23 +305,23 @@ static kiln_status plan_backward(const kiln_context *ctx, const char *op, const 
   kiln_status st;
   if ((st = check_inputs(ctx, op, a, b, &p->s))) return st;
   const matmul_shapes *s = &p->s;
-  if ((st = check_float_matrix(ctx, op, "dc", dc, s->batch, s->m, s->n, false, &p->dc))) return st;
+  if ((st = kiln_check_float_matrix(ctx, op, "dc", dc, s->batch, s->m, s->n, false, &p->dc))) return st;
   if (!da && !db)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: da and db are both NULL; pass at least one gradient to compute", op);
   p->want_da = da != NULL;
   p->want_db = db != NULL;
   if (da) {
-    if ((st = check_float_matrix(ctx, op, "da", da, s->a.batch, s->m, s->k, true, &p->da))) return st;
-    if ((st = check_no_overlap(op, "da", &p->da, "a", &s->a)) || (st = check_no_overlap(op, "da", &p->da, "b", &s->b)) ||
-        (st = check_no_overlap(op, "da", &p->da, "dc", &p->dc)))
+    if ((st = kiln_check_float_matrix(ctx, op, "da", da, s->a.batch, s->m, s->k, true, &p->da))) return st;
+    if ((st = kiln_check_no_overlap(op, "da", &p->da, "a", &s->a)) || (st = kiln_check_no_overlap(op, "da", &p->da, "b", &s->b)) ||
+        (st = kiln_check_no_overlap(op, "da", &p->da, "dc", &p->dc)))
       return st;
   }
   if (db) {
-    if ((st = check_float_matrix(ctx, op, "db", db, s->b.batch, s->k, s->n, true, &p->db))) return st;
-    if ((st = check_no_overlap(op, "db", &p->db, "a", &s->a)) || (st = check_no_overlap(op, "db", &p->db, "b", &s->b)) ||
-        (st = check_no_overlap(op, "db", &p->db, "dc", &p->dc)))
+    if ((st = kiln_check_float_matrix(ctx, op, "db", db, s->b.batch, s->k, s->n, true, &p->db))) return st;
+    if ((st = kiln_check_no_overlap(op, "db", &p->db, "a", &s->a)) || (st = kiln_check_no_overlap(op, "db", &p->db, "b", &s->b)) ||
+        (st = kiln_check_no_overlap(op, "db", &p->db, "dc", &p->dc)))
       return st;
-    if (da && (st = check_no_overlap(op, "db", &p->db, "da", &p->da))) return st;
+    if (da && (st = kiln_check_no_overlap(op, "db", &p->db, "da", &p->da))) return st;
   }
   p->convert_dc = memcmp(&dc->dtype, &a->dtype, sizeof a->dtype) != 0;
   p->da_reduce = p->want_da && s->a.batch == 1 && s->batch > 1;

@@ -33,21 +33,13 @@ kiln_matmul_int8_opts kiln_matmul_int8_opts_default(void) {
 
 static bool is_int8(DLDataType t) { return kiln_dtype_is(t, kDLInt, 8) || kiln_dtype_is(t, kDLUInt, 8); }
 
-/* A byte range [data, data + span_bytes) as a kiln_matrix, for kiln_matrix_overlap. */
+/* A byte range [data, data + span_bytes) as a kiln_matrix, for kiln_check_no_overlap. */
 static kiln_matrix byte_range(char *data, int64_t span_bytes) {
   kiln_matrix m;
   memset(&m, 0, sizeof m);
   m.data = data;
   m.span_bytes = span_bytes;
   return m;
-}
-
-static kiln_status check_no_overlap(const char *op, const char *out_name, const kiln_matrix *out, const char *in_name,
-                                    const kiln_matrix *in) {
-  if (kiln_matrix_overlap(out, in))
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: %s overlaps %s in memory; the output must be a separate buffer", op, out_name, in_name);
-  return KILN_OK;
 }
 
 /* An int8 (or uint8) matrix operand [rows, cols] or [batch, rows, cols]. */
@@ -62,30 +54,6 @@ static kiln_status check_int8_matrix(const kiln_context *ctx, const char *op, co
                      "operands first (kiln_quantize_int8)",
                      op, arg, kiln_dtype_name(t->dtype, dn));
   return kiln_matrix_view(op, arg, t, true, m);
-}
-
-/* The float output [batch?, rows, cols] (as check_float_matrix in matmul.c). */
-static kiln_status check_output(const kiln_context *ctx, const char *op, const char *arg, const DLTensor *t,
-                                int64_t batch, int64_t rows, int64_t cols, kiln_matrix *m) {
-  kiln_status st;
-  if ((st = kiln_check_tensor(ctx, op, arg, t))) return st;
-  char dn[48], sh[160];
-  if (kiln_dt_code(t->dtype) < 0)
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has dtype %s; expected float32, float16 or bfloat16", op, arg,
-                     kiln_dtype_name(t->dtype, dn));
-  if ((st = kiln_matrix_view(op, arg, t, true, m))) return st;
-  if (m->rows != rows || m->cols != cols || (m->batch != batch && !(batch == 1 && t->ndim == 2)) ||
-      (t->ndim == 2 && batch != 1)) {
-    char want[96];
-    if (batch > 1)
-      snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 ", %" PRId64 "]", batch, rows, cols);
-    else
-      snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "] (or [1, %" PRId64 ", %" PRId64 "])", rows, cols, rows,
-               cols);
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s; expected %s", op, arg,
-                     kiln_shape_str(t, sh, sizeof sh), want);
-  }
-  return kiln_check_output_matrix(op, arg, m);
 }
 
 /* An f32 rank-1 vector of length n, any stride: its data, element stride and byte range.
@@ -149,7 +117,7 @@ kiln_status kiln_matmul_int8(kiln_context *ctx, const DLTensor *a, const DLTenso
                      "%s: a has batch %" PRId64 " and b has batch %" PRId64 "; batches must be equal or one of them 1",
                      op, A.batch, B.batch);
   const int64_t batch = A.batch > B.batch ? A.batch : B.batch;
-  if ((st = check_output(ctx, op, "c", c, batch, M, N, &C))) return st;
+  if ((st = kiln_check_float_matrix(ctx, op, "c", c, batch, M, N, true, &C))) return st;
 
   float *row_scale = NULL, *col_scale = NULL;
   int64_t row_stride = 0, col_stride = 0;
@@ -162,9 +130,9 @@ kiln_status kiln_matmul_int8(kiln_context *ctx, const DLTensor *a, const DLTenso
       (st = check_f32_vector(ctx, op, "opts->col_scale", o.col_scale, N, "one scale per column of b, N", &col_scale,
                              &col_stride, &col_range)))
     return st;
-  if ((st = check_no_overlap(op, "c", &C, "a", &A)) || (st = check_no_overlap(op, "c", &C, "b", &B)) ||
-      (row_scale && (st = check_no_overlap(op, "c", &C, "opts->row_scale", &row_range))) ||
-      (col_scale && (st = check_no_overlap(op, "c", &C, "opts->col_scale", &col_range))))
+  if ((st = kiln_check_no_overlap(op, "c", &C, "a", &A)) || (st = kiln_check_no_overlap(op, "c", &C, "b", &B)) ||
+      (row_scale && (st = kiln_check_no_overlap(op, "c", &C, "opts->row_scale", &row_range))) ||
+      (col_scale && (st = kiln_check_no_overlap(op, "c", &C, "opts->col_scale", &col_range))))
     return st;
 
   /* The views as they are (C may be column-major: c_cs != 1). A GPU kernel that computes a
@@ -263,9 +231,9 @@ kiln_status kiln_quantize_int8(kiln_context *ctx, const DLTensor *w, const DLTen
                                         : "one scale for the whole tensor, with per_column = 0",
                              &args.scales, &args.scales_stride, &s_range)))
     return st;
-  if ((st = check_no_overlap(op, "q", &q_range, "w", &w_range)) ||
-      (st = check_no_overlap(op, "scales", &s_range, "w", &w_range)) ||
-      (st = check_no_overlap(op, "scales", &s_range, "q", &q_range)))
+  if ((st = kiln_check_no_overlap(op, "q", &q_range, "w", &w_range)) ||
+      (st = kiln_check_no_overlap(op, "scales", &s_range, "w", &w_range)) ||
+      (st = kiln_check_no_overlap(op, "scales", &s_range, "q", &q_range)))
     return st;
   if (ctx->device_type != kDLCPU)
     return kiln_fail(KILN_ERROR_UNSUPPORTED, "%s: no GPU quantizer in this build yet; quantize on a CPU context "

@@ -16,6 +16,16 @@ static inline int kiln_dt_code(DLDataType t) {
   return -1;
 }
 
+/* A float (f32/f16/bf16) matrix argument of shape [batch?, rows, cols] (src/ops/checks.c); an
+ * output must also not overlap itself across batches (an input may broadcast with batch stride 0). */
+kiln_status kiln_check_float_matrix(const kiln_context *ctx, const char *op, const char *arg, const DLTensor *t,
+                                    int64_t batch, int64_t rows, int64_t cols, bool output, kiln_matrix *m);
+/* INVALID_ARGUMENT naming both when an output's byte span meets an input's (or another output's). */
+kiln_status kiln_check_disjoint(const char *op, const char *out_name, const void *out, int64_t out_bytes,
+                                const char *in_name, const void *in, int64_t in_bytes);
+kiln_status kiln_check_no_overlap(const char *op, const char *out_name, const kiln_matrix *out, const char *in_name,
+                                  const kiln_matrix *in);
+
 /* Builds the args of a cast between two same-shape tensors (rank <= 4) after validation.
  * Used by kiln_cast and by ops that convert an operand into workspace. */
 kiln_status kiln_cast_prepare(const kiln_context *ctx, const char *op, const DLTensor *src, const DLTensor *dst,

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "cpu/cpu.h"
 
 static const char *format_name(kiln_qformat f) {
   switch (f) {
@@ -105,12 +106,6 @@ static kiln_status cpu_only(const kiln_context *ctx, const char *op) {
                      "(kiln_context_create(kDLCPU, ...)) with host buffers and copy them to the device",
                      op);
   return KILN_OK;
-}
-
-/* [lo, hi) byte ranges. */
-static bool ranges_overlap(const void *a, size_t an, const void *b, size_t bn) {
-  const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return an && bn && x < y + bn && y < x + an;
 }
 
 /* A rank-2 (rank-1 when cols < 0) source tensor of given dtypes and exact shape; element strides. */
@@ -213,12 +208,12 @@ static kiln_status check_out_overlap(const char *op, const kiln_qweight *q, bool
   const size_t b[4] = {cb, sb, zb, with_perm ? pb : 0};
   static const char *nm[4] = {"codes", "scales", "zeros", "perm"};
   for (int i = 0; i < 4; i++) {
-    if (in && ranges_overlap(p[i], b[i], in, in_bytes))
+    if (in && kiln_spans_overlap(p[i], b[i], in, in_bytes))
       return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out->%s overlaps %s in memory; the output must be a "
                        "separate buffer", op, nm[i], in_name);
     if (!in)
       for (int j = i + 1; j < 4; j++)
-        if (ranges_overlap(p[i], b[i], p[j], b[j]))
+        if (kiln_spans_overlap(p[i], b[i], p[j], b[j]))
           return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: out->%s overlaps out->%s in memory; give each native "
                            "buffer its own memory", op, nm[i], nm[j]);
   }
@@ -419,15 +414,6 @@ kiln_status kiln_qweight_import(kiln_context *ctx, kiln_qformat format, const DL
 /* ------------------------------------------------------------------------------------------ */
 /* kiln_qweight_dequantize                                                                    */
 /* ------------------------------------------------------------------------------------------ */
-static inline void store_float(char *p, int dt, float v) {
-  if (dt == KILN_DT_F32) {
-    memcpy(p, &v, 4);
-  } else {
-    const uint16_t h = dt == KILN_DT_F16 ? kiln_f32_to_f16(v) : kiln_f32_to_bf16(v);
-    memcpy(p, &h, 2);
-  }
-}
-
 kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweight *qw, const DLTensor *w, CUstream stream) {
   (void)stream;
   const char *op = "kiln_qweight_dequantize";
@@ -448,9 +434,9 @@ kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweight *qw, c
   if ((st = kiln_matrix_view(op, "w", w, false, &W))) return st;
   size_t cb, sb, zb;
   kiln_qweight_bytes(K, N, G, &cb, &sb, &zb, NULL);
-  if (ranges_overlap(W.data, (size_t)W.span_bytes, qw->codes, cb) ||
-      ranges_overlap(W.data, (size_t)W.span_bytes, qw->scales, sb) ||
-      ranges_overlap(W.data, (size_t)W.span_bytes, qw->zeros, zb))
+  if (kiln_spans_overlap(W.data, (size_t)W.span_bytes, qw->codes, cb) ||
+      kiln_spans_overlap(W.data, (size_t)W.span_bytes, qw->scales, sb) ||
+      kiln_spans_overlap(W.data, (size_t)W.span_bytes, qw->zeros, zb))
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: w overlaps a buffer of qw in memory; the output must be a "
                      "separate buffer", op);
   if ((st = cpu_only(ctx, op))) return st;
@@ -464,7 +450,7 @@ kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweight *qw, c
       const int q = (int)((qw->codes[(k / 8) * N + n] >> (4 * (k % 8))) & 0xFu);
       const int64_t gi = (k / G) * N + n;
       const float v = kiln_f16_to_f32(qw->scales[gi]) * (float)(q - (int)qw->zeros[gi]);
-      store_float(W.data + (size_t)(k * W.rs + n * W.cs) * W.elem, dt, v);
+      kiln_cpu_store(W.data, k * W.rs + n * W.cs, dt, v);
     }
   return KILN_OK;
 }
@@ -472,17 +458,6 @@ kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweight *qw, c
 /* ------------------------------------------------------------------------------------------ */
 /* kiln_qweight_quantize                                                                      */
 /* ------------------------------------------------------------------------------------------ */
-static inline float load_float(const char *p, int dt) {
-  if (dt == KILN_DT_F32) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-  }
-  uint16_t h;
-  memcpy(&h, p, 2);
-  return dt == KILN_DT_F16 ? kiln_f16_to_f32(h) : kiln_bf16_to_f32(h);
-}
-
 kiln_status kiln_qweight_quantize(kiln_context *ctx, const DLTensor *w, int symmetric, kiln_qweight *out,
                                   CUstream stream) {
   (void)stream;
@@ -524,7 +499,7 @@ kiln_status kiln_qweight_quantize(kiln_context *ctx, const DLTensor *w, int symm
   /* Reject NaN/inf and scales beyond f16 before anything is written. */
   for (int64_t k = 0; k < K; k++)
     for (int64_t n = 0; n < N; n++) {
-      const float v = load_float(base + (size_t)((k * rs + n * cs) * elem), dt);
+      const float v = kiln_cpu_load(base, k * rs + n * cs, dt);
       if (!isfinite(v))
         return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: w[%" PRId64 ", %" PRId64 "] is %g; weights must be finite",
                          op, k, n, (double)v);
@@ -539,7 +514,7 @@ kiln_status kiln_qweight_quantize(kiln_context *ctx, const DLTensor *w, int symm
     for (int64_t n = 0; n < N; n++) {
       float lo = INFINITY, hi = -INFINITY;
       for (int64_t k = g * G; k < (g + 1) * G; k++) {
-        const float v = load_float(base + (size_t)((k * rs + n * cs) * elem), dt);
+        const float v = kiln_cpu_load(base, k * rs + n * cs, dt);
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
       }
@@ -569,7 +544,7 @@ kiln_status kiln_qweight_quantize(kiln_context *ctx, const DLTensor *w, int symm
       out->zeros[g * N + n] = (uint8_t)zero;
       /* symmetric: signed −8..7 stored + 8, so both clamp to 0..15 */
       for (int64_t k = g * G; k < (g + 1) * G; k++) {
-        const float v = load_float(base + (size_t)((k * rs + n * cs) * elem), dt);
+        const float v = kiln_cpu_load(base, k * rs + n * cs, dt);
         const float qf = nearbyintf(v / sf) + (float)zero;
         const int q = qf < 0.0f ? 0 : qf > 15.0f ? 15 : (int)qf;
         uint32_t *word = &out->codes[(k / 8) * N + n];

@@ -178,10 +178,13 @@ kiln_status kiln_check_output_matrix(const char *op, const char *arg, const kiln
   return KILN_OK;
 }
 
+bool kiln_spans_overlap(const void *a, int64_t a_bytes, const void *b, int64_t b_bytes) {
+  const uintptr_t x0 = (uintptr_t)a, y0 = (uintptr_t)b;
+  return a_bytes > 0 && b_bytes > 0 && x0 < y0 + (uintptr_t)b_bytes && y0 < x0 + (uintptr_t)a_bytes;
+}
+
 bool kiln_matrix_overlap(const kiln_matrix *x, const kiln_matrix *y) {
-  uintptr_t x0 = (uintptr_t)x->data, x1 = x0 + (uintptr_t)x->span_bytes;
-  uintptr_t y0 = (uintptr_t)y->data, y1 = y0 + (uintptr_t)y->span_bytes;
-  return x0 < y1 && y0 < x1;
+  return kiln_spans_overlap(x->data, x->span_bytes, y->data, y->span_bytes);
 }
 
 bool kiln_matrix_aligned16(const kiln_matrix *m) {

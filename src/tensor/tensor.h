@@ -61,7 +61,10 @@ kiln_status kiln_matrix_view(const char *op, const char *arg, const DLTensor *t,
 /* An output must not overlap itself across batches (batch stride >= one matrix's span). */
 kiln_status kiln_check_output_matrix(const char *op, const char *arg, const kiln_matrix *m);
 
-/* True when the byte ranges of the two views intersect. */
+/* True when the byte ranges [a, a + a_bytes) and [b, b + b_bytes) intersect (empty ranges never
+ * do). Every op's "outputs must not overlap" rule is this test on whole spans. */
+bool kiln_spans_overlap(const void *a, int64_t a_bytes, const void *b, int64_t b_bytes);
+/* The same on two views' spans. */
 bool kiln_matrix_overlap(const kiln_matrix *x, const kiln_matrix *y);
 
 /* True when 16-byte vector loads along the contiguous dimension are legal: the data pointer, the
