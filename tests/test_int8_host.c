@@ -12,56 +12,13 @@
 #include <stdbool.h>
 
 #include "test_util.h"
+#include "test_matrix.h"
 
 static const DLDataType T_I8 = {kDLInt, 8, 1}, T_U8 = {kDLUInt, 8, 1};
-enum { ROW = 0, COL = 1 };
 
 /* ------------------------------------------------------------------------------------------ */
-/* Strided host matrices of any dtype (int8/uint8 inputs, float outputs)                       */
+/* int8 fills and reads of the shared strided matrices (test_matrix.h)                         */
 /* ------------------------------------------------------------------------------------------ */
-typedef struct tmat {
-  DLDataType dt;
-  size_t elem;
-  int64_t batch, rows, cols, bs, rs, cs, off, total;
-  void *buf;
-  int64_t shape[3], strides[3];
-  DLTensor t;
-} tmat;
-
-static void tm_init(tmat *m, DLDataType dt, int ndim, int64_t batch, int64_t rows, int64_t cols, int layout,
-                    int64_t ld_pad, int64_t off) {
-  memset(m, 0, sizeof *m);
-  m->dt = dt;
-  m->elem = dt.bits / 8;
-  m->batch = batch, m->rows = rows, m->cols = cols;
-  const int64_t ld = (layout == COL ? rows : cols) + ld_pad;
-  m->rs = layout == COL ? 1 : ld;
-  m->cs = layout == COL ? ld : 1;
-  const int64_t one = layout == COL ? (cols - 1) * ld + rows : (rows - 1) * ld + cols;
-  m->bs = one + 3; /* a gap between batches */
-  m->off = off;
-  m->total = off + (batch - 1) * m->bs + one;
-  m->buf = malloc((size_t)m->total * m->elem);
-  assert_non_null(m->buf);
-  if (ndim == 3) {
-    m->shape[0] = batch, m->shape[1] = rows, m->shape[2] = cols;
-    m->strides[0] = m->bs, m->strides[1] = m->rs, m->strides[2] = m->cs;
-  } else {
-    assert_int_equal(batch, 1);
-    m->shape[0] = rows, m->shape[1] = cols;
-    m->strides[0] = m->rs, m->strides[1] = m->cs;
-  }
-  m->t = (DLTensor){.data = m->buf, .device = {kDLCPU, 0}, .ndim = ndim, .dtype = dt, .shape = m->shape,
-                    .strides = m->strides, .byte_offset = (uint64_t)off * m->elem};
-}
-static void tm_compact(tmat *m, DLDataType dt, int64_t rows, int64_t cols) {
-  tm_init(m, dt, 2, 1, rows, cols, ROW, 0, 0);
-}
-static void tm_free(tmat *m) { free(m->buf), m->buf = NULL; }
-static int64_t tm_index(const tmat *m, int64_t b, int64_t i, int64_t j) {
-  if (m->batch == 1) b = 0;
-  return m->off + b * m->bs + i * m->rs + j * m->cs;
-}
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {
   rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
@@ -75,7 +32,6 @@ static void tm_set_i8(tmat *m, int8_t v) { memset(m->buf, (uint8_t)v, (size_t)m-
 static int8_t tm_i8(const tmat *m, int64_t b, int64_t i, int64_t j) {
   return (int8_t)((const uint8_t *)m->buf)[tm_index(m, b, i, j)];
 }
-static void tm_poison(tmat *m) { test_poison(m->buf, m->dt, m->total); }
 
 /* int64 reference sums [batch, M, N]. */
 static int64_t *ref_sums(const tmat *a, const tmat *b, int64_t batch) {
@@ -204,9 +160,9 @@ static void fwd_ragged_exact(void **state) {
         if ((im * 36 + in * 6 + ik) % 5 != 0 && !(im == 5 && in == 5 && ik == 5)) continue;
         const int64_t M = dims[im], N = dims[in], K = dims[ik];
         tmat a, b, c;
-        tm_init(&a, T_I8, 2, 1, M, K, n & 1 ? COL : ROW, n % 3, n % 5);
-        tm_init(&b, T_I8, 2, 1, K, N, n & 2 ? COL : ROW, n % 2, n % 3);
-        tm_init(&c, TEST_F32, 2, 1, M, N, n & 4 ? COL : ROW, n % 4, n % 2);
+        tm_init(&a, T_I8, 2, 1, M, K, n & 1 ? COL : ROW, n % 3, 3, n % 5);
+        tm_init(&b, T_I8, 2, 1, K, N, n & 2 ? COL : ROW, n % 2, 3, n % 3);
+        tm_init(&c, TEST_F32, 2, 1, M, N, n & 4 ? COL : ROW, n % 4, 3, n % 2);
         char what[96];
         snprintf(what, sizeof what, "M %" PRId64 " N %" PRId64 " K %" PRId64 " case %d", M, N, K, n);
         run_case(ctx, &a, &b, &c, 1.0f, NULL, NULL, what);
@@ -223,14 +179,14 @@ static void fwd_transposed_views(void **state) {
   kiln_context *ctx = cpu_ctx();
   const int64_t M = 33, N = 17, K = 127;
   tmat a, w, c;
-  tm_compact(&a, T_I8, M, K);
-  tm_init(&w, T_I8, 2, 1, K, N, COL, 0, 0); /* W [N, K] row-major is B [K, N] with strides (1, K) */
+  tm_compact(&a, T_I8, 2, 1, M, K);
+  tm_init(&w, T_I8, 2, 1, K, N, COL, 0, 3, 0); /* W [N, K] row-major is B [K, N] with strides (1, K) */
   assert_int_equal(w.strides[0], 1);
   assert_int_equal(w.strides[1], K);
-  tm_compact(&c, TEST_F32, M, N);
+  tm_compact(&c, TEST_F32, 2, 1, M, N);
   run_case(ctx, &a, &w, &c, 1.0f, NULL, NULL, "x @ W.T");
   tm_free(&a);
-  tm_init(&a, T_I8, 2, 1, M, K, COL, 5, 0); /* A as the transpose of a [K, M] buffer, ld K + 5 */
+  tm_init(&a, T_I8, 2, 1, M, K, COL, 5, 3, 0); /* A as the transpose of a [K, M] buffer, ld K + 5 */
   run_case(ctx, &a, &w, &c, 1.0f, NULL, NULL, "A.T @ W.T");
   tm_free(&a), tm_free(&w), tm_free(&c);
   kiln_context_destroy(ctx);
@@ -242,17 +198,17 @@ static void fwd_batched_broadcast(void **state) {
   kiln_context *ctx = cpu_ctx();
   const int64_t B = 3, M = 7, N = 33, K = 17;
   tmat a, b, c, a1, b1, a2;
-  tm_init(&a, T_I8, 3, B, M, K, ROW, 1, 2);
-  tm_init(&b, T_I8, 3, B, K, N, COL, 2, 1);
-  tm_init(&c, TEST_F32, 3, B, M, N, ROW, 3, 1);
+  tm_init(&a, T_I8, 3, B, M, K, ROW, 1, 3, 2);
+  tm_init(&b, T_I8, 3, B, K, N, COL, 2, 3, 1);
+  tm_init(&c, TEST_F32, 3, B, M, N, ROW, 3, 3, 1);
   run_case(ctx, &a, &b, &c, 1.0f, NULL, NULL, "batched");
-  tm_init(&b1, T_I8, 3, 1, K, N, ROW, 0, 0);
+  tm_init(&b1, T_I8, 3, 1, K, N, ROW, 0, 3, 0);
   run_case(ctx, &a, &b1, &c, 0.5f, NULL, NULL, "b broadcast (rank 3, batch 1)");
-  tm_init(&a1, T_I8, 2, 1, M, K, COL, 0, 0);
+  tm_init(&a1, T_I8, 2, 1, M, K, COL, 0, 3, 0);
   run_case(ctx, &a1, &b, &c, 1.0f, NULL, NULL, "a broadcast (rank 2)");
-  tm_init(&a2, T_I8, 3, 1, M, K, ROW, 0, 0);
+  tm_init(&a2, T_I8, 3, 1, M, K, ROW, 0, 3, 0);
   tmat c1;
-  tm_init(&c1, TEST_F16, 2, 1, M, N, COL, 1, 0);
+  tm_init(&c1, TEST_F16, 2, 1, M, N, COL, 1, 3, 0);
   run_case(ctx, &a2, &b1, &c1, 1.0f, NULL, NULL, "batch 1 x batch 1 into rank-2 c");
   tm_free(&a), tm_free(&b), tm_free(&c), tm_free(&a1), tm_free(&b1), tm_free(&a2), tm_free(&c1);
   kiln_context_destroy(ctx);
@@ -264,9 +220,9 @@ static void fwd_uint8_same_bits(void **state) {
   kiln_context *ctx = cpu_ctx();
   const int64_t M = 17, N = 33, K = 255;
   tmat a, b, c;
-  tm_compact(&a, T_I8, M, K);
-  tm_init(&b, T_I8, 2, 1, K, N, COL, 0, 0);
-  tm_compact(&c, TEST_BF16, M, N);
+  tm_compact(&a, T_I8, 2, 1, M, K);
+  tm_init(&b, T_I8, 2, 1, K, N, COL, 0, 3, 0);
+  tm_compact(&c, TEST_BF16, 2, 1, M, N);
   tvec col;
   tv_init(&col, N, 1);
   run_case(ctx, &a, &b, &c, 0.75f, NULL, &col, "int8 x int8");
@@ -301,9 +257,9 @@ static void fwd_out_dtypes(void **state) {
   tv_init(&col, N, 1);
   for (int d = 0; d < 3; d++) {
     tmat a, b, c;
-    tm_compact(&a, T_I8, M, K);
-    tm_compact(&b, T_I8, K, N);
-    tm_init(&c, dts[d], 3, 1, M, N, d == 1 ? COL : ROW, 2, 1);
+    tm_compact(&a, T_I8, 2, 1, M, K);
+    tm_compact(&b, T_I8, 2, 1, K, N);
+    tm_init(&c, dts[d], 3, 1, M, N, d == 1 ? COL : ROW, 2, 3, 1);
     run_case(ctx, &a, &b, &c, 1.0f, NULL, NULL, "scale 1");
     run_case(ctx, &a, &b, &c, 3.0517578e-05f, NULL, NULL, "per-tensor scale");
     run_case(ctx, &a, &b, &c, 0.0123f, &row, &col, "row x column scales");
@@ -319,9 +275,9 @@ static void fwd_scales(void **state) {
   kiln_context *ctx = cpu_ctx();
   const int64_t M = 17, N = 33, K = 255;
   tmat a, b, c;
-  tm_compact(&a, T_I8, M, K);
-  tm_init(&b, T_I8, 2, 1, K, N, COL, 1, 0);
-  tm_compact(&c, TEST_F32, M, N);
+  tm_compact(&a, T_I8, 2, 1, M, K);
+  tm_init(&b, T_I8, 2, 1, K, N, COL, 1, 3, 0);
+  tm_compact(&c, TEST_F32, 2, 1, M, N);
   tvec row, col, row3, col2;
   tv_init(&row, M, 1);
   tv_init(&col, N, 1);
@@ -348,9 +304,9 @@ static void fwd_extremes(void **state) {
   kiln_context *ctx = cpu_ctx();
   const int64_t K = 131072;
   tmat a, b, c;
-  tm_compact(&a, T_I8, 1, K);
-  tm_compact(&b, T_I8, K, 1);
-  tm_compact(&c, TEST_F32, 1, 1);
+  tm_compact(&a, T_I8, 2, 1, 1, K);
+  tm_compact(&b, T_I8, 2, 1, K, 1);
+  tm_compact(&c, TEST_F32, 2, 1, 1, 1);
   static const int8_t vals[4][2] = {{-128, -128}, {-128, 127}, {127, 127}, {127, -128}};
   static const double sums[4] = {2147483648.0, -2130706432.0, 2114060288.0, -2130706432.0};
   for (int i = 0; i < 4; i++) {
@@ -365,9 +321,9 @@ static void fwd_extremes(void **state) {
   tm_free(&a), tm_free(&b), tm_free(&c);
   /* random extremes (-128 or 127) at the bound with a few rows and columns; sums beyond 2^24
    * are rounded once (checked bit for bit and within 1 ulp by check_c) */
-  tm_init(&a, T_I8, 2, 1, 3, K, ROW, 0, 0);
-  tm_init(&b, T_I8, 2, 1, K, 2, COL, 0, 0);
-  tm_compact(&c, TEST_F32, 3, 2);
+  tm_init(&a, T_I8, 2, 1, 3, K, ROW, 0, 3, 0);
+  tm_init(&b, T_I8, 2, 1, K, 2, COL, 0, 3, 0);
+  tm_compact(&c, TEST_F32, 2, 1, 3, 2);
   for (int64_t i = 0; i < a.total; i++) ((int8_t *)a.buf)[i] = rnd() % 8 ? -128 : 127;
   for (int64_t i = 0; i < b.total; i++) ((int8_t *)b.buf)[i] = rnd() % 8 ? -128 : 127;
   tm_poison(&c);
@@ -431,8 +387,8 @@ static void quant_roundtrip(void **state) {
   kiln_context *ctx = cpu_ctx();
   const int64_t K = 127, N = 33;
   tmat w, q;
-  tm_compact(&w, TEST_F32, K, N);
-  tm_compact(&q, T_I8, K, N);
+  tm_compact(&w, TEST_F32, 2, 1, K, N);
+  tm_compact(&q, T_I8, 2, 1, K, N);
   fill_w(&w, 3.0f);
   float scales[33];
   int64_t ss[1] = {N}, one[1] = {1};
@@ -447,13 +403,13 @@ static void quant_roundtrip(void **state) {
   check_quant(&w, &q, scales, 1, 0);
   /* and the quantized weight through kiln_matmul_int8 with col_scale approximates x·w */
   tm_free(&q);
-  tm_compact(&q, T_U8, K, N);
+  tm_compact(&q, T_U8, 2, 1, K, N);
   st.shape = ss;
   assert_kiln_ok(kiln_quantize_int8(ctx, &w.t, &q.t, &st, 1, NULL));
   tmat x, c;
-  tm_compact(&x, T_I8, 5, K);
+  tm_compact(&x, T_I8, 2, 1, 5, K);
   tm_fill_i8(&x);
-  tm_compact(&c, TEST_F32, 5, N);
+  tm_compact(&c, TEST_F32, 2, 1, 5, N);
   kiln_matmul_int8_opts o = kiln_matmul_int8_opts_default();
   DLTensor cs = st;
   o.col_scale = &cs;
@@ -481,8 +437,8 @@ static void quant_halfway(void **state) {
   static const float col1[8] = {-254.f, 1.f, 3.f, 5.f, -1.f, -5.f, 7.f, 253.f};         /* scale 2 */
   static const int8_t q1[8] = {-127, 0, 2, 2, 0, -2, 4, 126};
   tmat w, q;
-  tm_compact(&w, TEST_F32, 8, 2);
-  tm_compact(&q, T_I8, 8, 2);
+  tm_compact(&w, TEST_F32, 2, 1, 8, 2);
+  tm_compact(&q, T_I8, 2, 1, 8, 2);
   for (int k = 0; k < 8; k++) set_w(&w, k, 0, col0[k]), set_w(&w, k, 1, col1[k]);
   float scales[2];
   int64_t ss[1] = {2};
@@ -510,8 +466,8 @@ static void quant_zero_columns(void **state) {
   (void)state;
   kiln_context *ctx = cpu_ctx();
   tmat w, q;
-  tm_compact(&w, TEST_F32, 7, 3);
-  tm_compact(&q, T_I8, 7, 3);
+  tm_compact(&w, TEST_F32, 2, 1, 7, 3);
+  tm_compact(&q, T_I8, 2, 1, 7, 3);
   fill_w(&w, 1.0f);
   for (int k = 0; k < 7; k++) set_w(&w, k, 1, k % 2 ? -0.0f : 0.0f);
   float scales[3];
@@ -542,8 +498,8 @@ static void quant_strided(void **state) {
   const int64_t K = 33, N = 17;
   for (int d = 0; d < 3; d++) {
     tmat w, q;
-    tm_init(&w, dts[d], 2, 1, K, N, d == 1 ? ROW : COL, 3, 2);
-    tm_init(&q, d == 2 ? T_I8 : T_U8, 2, 1, K, N, d == 0 ? COL : ROW, 2, 1);
+    tm_init(&w, dts[d], 2, 1, K, N, d == 1 ? ROW : COL, 3, 3, 2);
+    tm_init(&q, d == 2 ? T_I8 : T_U8, 2, 1, K, N, d == 0 ? COL : ROW, 2, 3, 1);
     fill_w(&w, 0.1f);
     memset(q.buf, 0x80, (size_t)q.total);
     float sbuf[2 * 17];
@@ -573,9 +529,9 @@ typedef struct fixture {
 } fixture;
 static void fx_init(fixture *f) {
   f->ctx = cpu_ctx();
-  tm_compact(&f->a, T_I8, 7, 33);
-  tm_compact(&f->b, T_I8, 33, 17);
-  tm_compact(&f->c, TEST_F32, 7, 17);
+  tm_compact(&f->a, T_I8, 2, 1, 7, 33);
+  tm_compact(&f->b, T_I8, 2, 1, 33, 17);
+  tm_compact(&f->c, TEST_F32, 2, 1, 7, 17);
   tm_fill_i8(&f->a);
   tm_fill_i8(&f->b);
   tm_poison(&f->c);
