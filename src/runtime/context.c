@@ -98,10 +98,14 @@ static kiln_status load_kernels(kiln_context *ctx) {
                        "kiln_context_create: kernel \"%s\" has no code for %s (sm_%d); kiln needs sm_80 or newer",
                        kernel_names[k], ctx->info.name, ctx->arch);
     if (r != CUDA_SUCCESS) return kiln_cuda_fail(cu, r, "kiln_context_create", "cuKernelGetFunction");
-    /* Allow every kernel the device's whole opt-in shared memory: the limit is a permission, the
-     * launch still requests only what it uses. */
+    /* Allow every kernel the device's whole opt-in shared memory less its static shared memory
+     * (the driver refuses a sum above the opt-in): the limit is a permission, the launch still
+     * requests only what it uses. */
+    int static_smem = 0;
+    r = cu->cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, ctx->fn[k]);
+    if (r != CUDA_SUCCESS) return kiln_cuda_fail(cu, r, "kiln_context_create", "cuFuncGetAttribute");
     r = cu->cuFuncSetAttribute(ctx->fn[k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                               (int)ctx->info.smem_per_block_optin);
+                               (int)ctx->info.smem_per_block_optin - static_smem);
     if (r != CUDA_SUCCESS) return kiln_cuda_fail(cu, r, "kiln_context_create", "cuFuncSetAttribute");
   }
   /* How many 2-CTA clusters of the WGMMA pair kernel fit on the device at once: their persistent
