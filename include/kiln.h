@@ -288,7 +288,8 @@ KILN_API kiln_status kiln_matmul_backward(kiln_context *ctx, const DLTensor *a, 
  * f32 in that order, then rounded once to C's dtype. Any M, N >= 1. C must not overlap A, B or
  * the scale vectors. */
 typedef enum kiln_int8_algo {
-  KILN_INT8_AUTO = 0, /* the CPU path on a CPU context; on a GPU: no int8 kernel yet (UNSUPPORTED) */
+  KILN_INT8_AUTO = 0, /* the CPU path on a CPU context; on a GPU (sm_80+): IMMA mma.sync m16n8k32 kernels,
+                       * cp.async-pipelined when A and B are k-major with 16-byte aligned rows */
 } kiln_int8_algo;
 
 typedef struct kiln_matmul_int8_opts {
@@ -383,6 +384,84 @@ KILN_API kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweig
                                              CUstream stream);
 
 /* ------------------------------------------------------------------------------------------ */
+/* kiln_matmul_int4 — W4A16: Y = X·W with W a kiln_qweight                                     */
+/* ------------------------------------------------------------------------------------------ */
+/* x [M, K] float16 or bfloat16 (row- or column-major, any leading dimension); w a kiln_qweight
+ * of logical shape [K, N] (native layout above) on the context's device; y [M, N] float32,
+ * float16 or bfloat16 (row- or column-major, any leading dimension). Any M >= 1.
+ *   y[m, n] = Σ_i x[m, p(i)] · w[i, n],   p(i) = w->perm ? w->perm[i] : i,
+ *   w[i, n] = f32(scales[i / G, n]) · (q[i, n] − zeros[i / G, n])   (exact in f32)
+ * where i runs over the stored rows (act-order weights: x is gathered through perm, never
+ * copied by the caller). Accumulation is fp32 on a GPU and double on the CPU; the sum is
+ * rounded once into y's dtype. y must not overlap x or any buffer of w. On a CPU context the
+ * weight's values are checked before anything is written (perm a permutation of 0..K-1, zeros
+ * 0..16); on a GPU they are the caller's contract (kiln's importers and quantizer keep it). */
+typedef enum kiln_int4_algo {
+  KILN_INT4_AUTO = 0,    /* the CPU path on a CPU context; on a GPU DECODE (PREFILL once it exists, for large M) */
+  KILN_INT4_DECODE = 1,  /* GPU: weight-streaming GEMV-like kernel for small M (decode, M <= ~16) */
+  KILN_INT4_PREFILL = 2, /* GPU: tensor-core tiles with dequantization feeding the MMA (large M) */
+} kiln_int4_algo;
+
+typedef struct kiln_matmul_int4_opts {
+  kiln_int4_algo algo; /* DECODE and PREFILL are GPU algorithms: UNSUPPORTED on a CPU context */
+} kiln_matmul_int4_opts;
+
+KILN_API kiln_matmul_int4_opts kiln_matmul_int4_opts_default(void);
+/* opts may be NULL (defaults). GPU (sm_80+): DECODE streams the weight once per 16 rows of x
+ * (8 when M <= 8) with tensor cores on the exactly dequantized codes, fp32 sums, deterministic;
+ * AUTO uses it at every M for now (no PREFILL kernel yet: UNSUPPORTED). */
+KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qweight *w, const DLTensor *y,
+                                      const kiln_matmul_int4_opts *opts, CUstream stream);
+
+/* ------------------------------------------------------------------------------------------ */
+/* kiln_qkv_project_int8 / _int4 — fused Q, K, V projections of one activation X               */
+/* ------------------------------------------------------------------------------------------ */
+/* x [M, K] float16 or bfloat16 (row- or column-major, any leading dimension), read once for the
+ * three products q = x·Wq [M, Nq], k = x·Wk [M, Nk], v = x·Wv [M, Nv]. Nq, Nk and Nv are
+ * independent (grouped-query and multi-query attention: Nq = (Hq / Hkv)·Nk). Any M >= 1.
+ * q, k and v share one dtype, float32, float16 or bfloat16 (row- or column-major, any leading
+ * dimension each). They must be three distinct outputs that share no element with each other
+ * (disjoint column slices of one row-major [M, Nq + Nk + Nv] buffer are fine) and no byte with
+ * x or any weight or scale (byte spans are compared).
+ *
+ * kiln_qkv_project_int8 (W8A16): wq, wk, wv int8 [K, N*] (uint8 taken as int8 bit patterns),
+ * row- or column-major (a Linear weight [N*, K] passed as its transposed view), any leading
+ * dimension; q_scale, k_scale, v_scale float32 [1] (one scale for the projection) or [N*] (one
+ * per output column), any stride; none may be NULL:
+ *   q[m, n] = (Σ_k x[m, k] · wq[k, n]) · q_scale[n or 0]
+ * the sum of x · (float)w in fp32 on a GPU (double on the CPU), then one multiplication by the
+ * scale, rounded once into the output's dtype.
+ *
+ * kiln_qkv_project_int4 (W4A16): wq, wk, wv kiln_qweights [K, N*] (each its own group size,
+ * symmetry and act-order permutation); each output is exactly kiln_matmul_int4 of x and its
+ * weight (on the CPU the fused call and three kiln_matmul_int4 calls give the same bits).
+ *
+ * GPU: kiln_qkv_project_int4 runs the DECODE kernels of kiln_matmul_int4 over the three
+ * weights in one launch (bit for bit the three single products); kiln_qkv_project_int8 has no
+ * GPU kernel yet (UNSUPPORTED). */
+typedef enum kiln_qkv_algo {
+  KILN_QKV_AUTO = 0,    /* the CPU path on a CPU context; on a GPU DECODE (PREFILL once it exists, for large M) */
+  KILN_QKV_DECODE = 1,  /* GPU: bandwidth-bound over the three weights' bytes, small M (decode, M <= ~16) */
+  KILN_QKV_PREFILL = 2, /* GPU: tensor-core tiles over the three products (large M) */
+} kiln_qkv_algo;
+
+typedef struct kiln_qkv_opts {
+  kiln_qkv_algo algo; /* DECODE and PREFILL are GPU algorithms: UNSUPPORTED on a CPU context */
+} kiln_qkv_opts;
+
+KILN_API kiln_qkv_opts kiln_qkv_opts_default(void);
+/* opts may be NULL (defaults). */
+KILN_API kiln_status kiln_qkv_project_int8(kiln_context *ctx, const DLTensor *x, const DLTensor *wq,
+                                           const DLTensor *wk, const DLTensor *wv, const DLTensor *q_scale,
+                                           const DLTensor *k_scale, const DLTensor *v_scale, const DLTensor *q,
+                                           const DLTensor *k, const DLTensor *v, const kiln_qkv_opts *opts,
+                                           CUstream stream);
+KILN_API kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const kiln_qweight *wq,
+                                           const kiln_qweight *wk, const kiln_qweight *wv, const DLTensor *q,
+                                           const DLTensor *k, const DLTensor *v, const kiln_qkv_opts *opts,
+                                           CUstream stream);
+
+/* ------------------------------------------------------------------------------------------ */
 /* kiln_attention — O = softmax(scale · Q·Kᵀ + mask) · V                                       */
 /* ------------------------------------------------------------------------------------------ */
 /* Q [B, Hq, Sq, D], K [B, Hkv, Sk, D], V [B, Hkv, Sk, Dv], O [B, Hq, Sq, Dv]; rank 3 tensors are
@@ -423,8 +502,11 @@ KILN_API kiln_status kiln_attention(kiln_context *ctx, const DLTensor *q, const 
 
 /* Gradients of kiln_attention: dQ, dK, dV from Q, K, V, O and LSE of the forward (same opts)
  * and dO (o's shape; f32, f16 or bf16). dq/dk/dv have the shapes of q/k/v (f32 or the inputs'
- * dtype); any may be NULL to skip, not all three. GPU: not yet implemented (UNSUPPORTED).
- * For GQA, dK and dV sum over the Hq / Hkv query heads of each group. Workspace: size query. */
+ * dtype); any may be NULL to skip, not all three. For GQA, dK and dV sum over the Hq / Hkv
+ * query heads of each group. GPU (FLASH; the same needs of q, k, v as the forward): fp32
+ * accumulation, deterministic whatever opts->deterministic says (no atomics); the workspace
+ * (size query; 256-byte aligned) holds f32 per-row dO·O and, when dO is not of q's dtype or not
+ * 16-byte aligned with a contiguous head dimension, a converted copy of dO. */
 KILN_API kiln_status kiln_attention_backward_workspace_size(kiln_context *ctx, const DLTensor *q, const DLTensor *k,
                                                             const DLTensor *v, const DLTensor *o,
                                                             const DLTensor *lse, const DLTensor *dout,

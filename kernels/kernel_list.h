@@ -36,8 +36,24 @@
   X(KILN_K_ATTN_FWD_##dt##_D128, "kiln_attn_fwd_" #dt "_d128", "attention_sm80")   \
   X(KILN_K_ATTN_FWD_##dt##_D256, "kiln_attn_fwd_" #dt "_d256", "attention_sm80")
 
+/* Attention backward (FLASH, sm_80+): the delta kernel, then dK/dV and dQ per dtype and DP. */
+#define KILN_ATTN_BWD_KERNELS_FOR(X, dt)                                                          \
+  X(KILN_K_ATTN_BWD_DKDV_##dt##_D64, "kiln_attn_bwd_dkdv_" #dt "_d64", "attention_bwd_sm80")   \
+  X(KILN_K_ATTN_BWD_DKDV_##dt##_D128, "kiln_attn_bwd_dkdv_" #dt "_d128", "attention_bwd_sm80") \
+  X(KILN_K_ATTN_BWD_DKDV_##dt##_D256, "kiln_attn_bwd_dkdv_" #dt "_d256", "attention_bwd_sm80") \
+  X(KILN_K_ATTN_BWD_DQ_##dt##_D64, "kiln_attn_bwd_dq_" #dt "_d64", "attention_bwd_sm80")       \
+  X(KILN_K_ATTN_BWD_DQ_##dt##_D128, "kiln_attn_bwd_dq_" #dt "_d128", "attention_bwd_sm80")     \
+  X(KILN_K_ATTN_BWD_DQ_##dt##_D256, "kiln_attn_bwd_dq_" #dt "_d256", "attention_bwd_sm80")
+
+/* W8A8 (kiln_matmul_int8, sm_80+): dtype i8, names as the GEMMs above; cp.async only for kk. */
+#define KILN_INT8_KERNELS(X)                                                        \
+  KILN_GEMM_KERNELS_FOR(X, mma, i8, , "gemm_int8_sm80")                             \
+  KILN_GEMM_KERNELS_FOR(X, mma, i8, _scalar, "gemm_int8_sm80")                      \
+  X(KILN_K_GEMM_cpasync_i8_KK, "kiln_gemm_cpasync_i8_kk", "gemm_int8_sm80")
+
 #define KILN_KERNELS(X)                                          \
   X(KILN_K_CAST, "kiln_cast", "cast")                            \
+  KILN_INT8_KERNELS(X)                                           \
   KILN_GEMM_KERNELS_FOR(X, mma, f16, , "gemm_sm80")              \
   KILN_GEMM_KERNELS_FOR(X, mma, bf16, , "gemm_sm80")             \
   KILN_GEMM_KERNELS_FOR(X, mma, f16, _scalar, "gemm_sm80")       \
@@ -52,6 +68,13 @@
   KILN_GEMM_KERNELS_FOR(X, wgmma64, bf16, , "gemm_sm90")         \
   KILN_WGMMA_PAIR_KERNELS(X)                                     \
   KILN_ATTN_KERNELS_FOR(X, f16)                                  \
-  KILN_ATTN_KERNELS_FOR(X, bf16)
+  KILN_ATTN_KERNELS_FOR(X, bf16)                                 \
+  X(KILN_K_ATTN_BWD_DELTA, "kiln_attn_bwd_delta", "attention_bwd_sm80") \
+  KILN_ATTN_BWD_KERNELS_FOR(X, f16)                              \
+  KILN_ATTN_BWD_KERNELS_FOR(X, bf16)                             \
+  X(KILN_K_W4A16_DECODE_F16_M8, "kiln_w4a16_decode_f16_m8", "w4a16_sm80") \
+  X(KILN_K_W4A16_DECODE_F16_M16, "kiln_w4a16_decode_f16_m16", "w4a16_sm80") \
+  X(KILN_K_W4A16_DECODE_BF16_M8, "kiln_w4a16_decode_bf16_m8", "w4a16_sm80") \
+  X(KILN_K_W4A16_DECODE_BF16_M16, "kiln_w4a16_decode_bf16_m16", "w4a16_sm80")
 
 #endif /* KILN_KERNEL_LIST_H */

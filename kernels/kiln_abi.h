@@ -124,7 +124,35 @@ typedef struct kiln_int8_args {
   int32_t m, n, k, batch;
   float scale;
   int32_t c_dtype; /* KILN_DT_* */
+  /* Set by the GPU host code only (0 elsewhere): 1 when it computes a column-major C as
+   * Cᵀ = Bᵀ·Aᵀ (operands, m/n and the scale vectors swapped, c_cs == 1), so that the kernel
+   * multiplies by col_scale (the caller's row_scale) before row_scale. */
+  int32_t transposed;
 } kiln_int8_args;
+
+/* Tiles of the int8 kernels (kernels/gemm_int8_sm80.cu): the f16 kernels' block (BM x BN, 8
+ * warps of 64 x 64, int32 accumulators) with BK counted in bytes. Shared-memory tiles are
+ * [MN][BK + 16] bytes whatever the operand's layout (m/n-major ones are transposed into it).
+ *   mma (register-staged, every layout, any alignment): BK = 64, 2 stages, 60 KB.
+ *   cpasync (A and B k-major, 16-byte aligned rows): BK = 128, 3 stages, 162 KB; the host
+ *   uses mma on devices with less opt-in shared memory per block. */
+#ifndef KILN_GEMM_I8_BM
+#define KILN_GEMM_I8_BM 128
+#endif
+#ifndef KILN_GEMM_I8_BN
+#define KILN_GEMM_I8_BN 256
+#endif
+#ifndef KILN_GEMM_I8_MMA_BK
+#define KILN_GEMM_I8_MMA_BK 64
+#endif
+#ifndef KILN_GEMM_I8_CPA_BK
+#define KILN_GEMM_I8_CPA_BK 128
+#endif
+#ifndef KILN_GEMM_I8_CPA_STAGES
+#define KILN_GEMM_I8_CPA_STAGES 3
+#endif
+#define KILN_GEMM_I8_GROUP_M 8
+#define KILN_GEMM_I8_SMEM_BYTES(stages, bk) ((stages) * (KILN_GEMM_I8_BM + KILN_GEMM_I8_BN) * ((bk) + 16))
 
 /* Attention (kiln_attention): element (b, h, s, d) of X lives at X + b·x_bs + h·x_hs + s·x_ss +
  * d·x_ds (strides in elements). K and V heads are indexed by h / (hq / hkv). lse is f32 at
@@ -150,6 +178,11 @@ typedef struct kiln_attn_args {
   float scale;
   int32_t causal;
   int32_t in_dtype, o_dtype, do_dtype, dq_dtype, dk_dtype, dv_dtype; /* KILN_DT_* */
+  /* GPU backward workspace (src/ops/attention_gpu.c): delta f32 [B·Hq·Sq], row (b, h, s) at
+   * (b·hq + h)·sq + s, receives D_i = dO_i · O_i; do_copy, when not NULL, receives dO converted
+   * to in_dtype, compact [B, Hq, Sq, D] (for a dO the MMA kernels cannot read as given). */
+  float *delta;
+  void *do_copy;
 } kiln_attn_args;
 
 /* The FLASH forward kernels (kernels/attention_sm80.cu): query tiles of BR rows (128 for head
@@ -160,5 +193,82 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_BC(dp) ((dp) <= 64 ? 64 : 32)
 #define KILN_ATTN_THREADS 128
 #define KILN_ATTN_SMEM_BYTES(dp) ((KILN_ATTN_BR(dp) + 4 * KILN_ATTN_BC(dp)) * ((dp) + KILN_GEMM_PAD) * 2)
+
+/* The FLASH backward (kernels/attention_bwd_sm80.cu), 4 warps per block each:
+ * dK/dV kernel: a block owns KV_BN = 64 keys (16 per warp) and KV_DO(dp) output columns (all of
+ *   DP, or 128 of 256: D = 256 runs two blocks per key tile, each with its own half of dK and
+ *   dV), stepping through the queries of every head of its GQA group KV_BM(dp) at a time;
+ *   shared memory: K and V tiles, two Q and two dO tiles, two LSE and delta vectors.
+ * dQ kernel: a block owns Q_BM = 64 query rows (16 per warp), stepping through keys Q_BN(dp) at a
+ *   time; shared memory: the Q and dO tiles, two K and two V tiles.
+ * delta kernel: one warp per query row. */
+#define KILN_ATTN_BWD_KV_BN 64
+#define KILN_ATTN_BWD_KV_BM(dp) ((dp) <= 64 ? 64 : 32)
+#define KILN_ATTN_BWD_KV_DO(dp) ((dp) <= 128 ? (dp) : 128)
+#define KILN_ATTN_BWD_KV_SMEM_BYTES(dp)                                                              \
+  ((2 * KILN_ATTN_BWD_KV_BN + 4 * KILN_ATTN_BWD_KV_BM(dp)) * ((dp) + KILN_GEMM_PAD) * 2 +           \
+   4 * KILN_ATTN_BWD_KV_BM(dp) * 4)
+#define KILN_ATTN_BWD_Q_BM 64
+#define KILN_ATTN_BWD_Q_BN(dp) ((dp) <= 128 ? 64 : 32)
+#define KILN_ATTN_BWD_Q_SMEM_BYTES(dp) ((2 * KILN_ATTN_BWD_Q_BM + 4 * KILN_ATTN_BWD_Q_BN(dp)) * ((dp) + KILN_GEMM_PAD) * 2)
+
+/* W4A16 (kiln_matmul_int4): y[i, j] = Σ_r x[i, p(r)] · w(r, j) over the stored rows r < k, with
+ * p(r) = perm ? perm[r] : r and, in the native layout of kiln.h (compact, row length n),
+ *   w(r, j) = f16_to_f32(scales[(r / group)·n + j]) · (float)(q(r, j) − zeros[(r / group)·n + j]),
+ *   q(r, j) = (codes[(r / 8)·n + j] >> 4·(r % 8)) & 15,
+ * exact in f32; fp32 accumulation, rounded once into y's dtype. x element (i, c) lives at
+ * x + i·x_rs + c·x_cs and y element (i, j) at y + i·y_rs + j·y_cs (strides in elements; one of
+ * each pair is 1, the other >= the inner size). k % 8 == 0, k % group == 0; perm is a
+ * permutation of 0..k-1 and zeros are 0..16 (checked on the CPU only). */
+typedef struct kiln_int4_args {
+  const void *x;
+  const uint32_t *codes;
+  const uint16_t *scales; /* f16 bits */
+  const uint8_t *zeros;
+  const int32_t *perm; /* NULL: identity */
+  void *y;
+  int64_t x_rs, x_cs;
+  int64_t y_rs, y_cs;
+  int32_t m, n, k, group;
+  int32_t x_dtype; /* KILN_DT_F16 or KILN_DT_BF16 */
+  int32_t y_dtype; /* KILN_DT_* */
+  int32_t algo;    /* kiln_int4_algo of kiln.h: 0 AUTO, 1 DECODE, 2 PREFILL */
+} kiln_int4_args;
+
+/* One projection of a fused QKV product (kiln_qkv_args): its weight, its output [m, n], n.
+ * int8 (kiln_qkv_project_int8): w [k, n] at w + r·w_rs + j·w_cs; the sum is multiplied by
+ * scale[j·scale_stride] (scale_stride 0: one scale for the projection); int4 fields NULL.
+ * int4 (kiln_qkv_project_int4): codes, scales, zeros, perm, group as in kiln_int4_args; w and
+ * scale NULL. y element (i, j) at y + i·y_rs + j·y_cs. */
+typedef struct kiln_qkv_proj {
+  const int8_t *w;
+  const float *scale;
+  const uint32_t *codes;
+  const uint16_t *scales;
+  const uint8_t *zeros;
+  const int32_t *perm;
+  void *y;
+  int64_t w_rs, w_cs, scale_stride;
+  int64_t y_rs, y_cs;
+  int32_t n, group;
+} kiln_qkv_proj;
+
+/* Fused QKV (kiln_qkv_project_int8 / _int4): x [m, k] (element (i, c) at x + i·x_rs + c·x_cs)
+ * times the three weights of proj[0..2] (q, k, v), each output exactly the single-projection
+ * product (kiln_int4_args for int4; the int8 formula above), fp32 accumulation, one rounding.
+ * The outputs share no element (they may be disjoint column slices of one buffer). */
+typedef struct kiln_qkv_args {
+  const void *x;
+  int64_t x_rs, x_cs;
+  kiln_qkv_proj proj[3];
+  int32_t m, k;
+  int32_t x_dtype; /* KILN_DT_F16 or KILN_DT_BF16 */
+  int32_t y_dtype; /* KILN_DT_* of all three outputs */
+  int32_t algo;    /* kiln_qkv_algo of kiln.h: 0 AUTO, 1 DECODE, 2 PREFILL */
+} kiln_qkv_args;
+
+/* The W4A16 decode kernels (kernels/w4a16_sm80.cu): 16 warps per block, which owns 32 columns of
+ * one projection and 16 rows of x. */
+#define KILN_W4A16_THREADS 512
 
 #endif /* KILN_ABI_H */

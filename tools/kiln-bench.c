@@ -19,19 +19,6 @@ static const char copy_usage[] =
     "  (bytes read + bytes written) / time.\n"
     "  --size MIB       the whole buffer in MiB (default 2048: 1 GiB copied per call)\n" BENCH_COMMON_USAGE;
 
-typedef struct copy_call {
-  bench_env *env;
-  CUdeviceptr src, dst;
-  size_t bytes;
-} copy_call;
-
-static int copy_call_fn(void *user, int iter) {
-  (void)iter; /* the buffer is far larger than L2: no rotation needed */
-  copy_call *cc = user;
-  return bench_cu_check(cc->env, cc->env->cu->cuMemcpyAsync(cc->dst, cc->src, cc->bytes, cc->env->stream),
-                        "cuMemcpyAsync (device to device)");
-}
-
 static int copy_main(int argc, char **argv) {
   bench_common common;
   bench_common_init(&common);
@@ -60,19 +47,14 @@ static int copy_main(int argc, char **argv) {
     bench_env_close(&env);
     return 1;
   }
-  size_t total = (size_t)size_mib << 20;
-  copy_call cc = {&env, 0, 0, total / 2};
-  if (!bench_alloc(&env, total, &cc.src) && !bench_fill_random(&env, cc.src, cc.bytes / 4, BENCH_F32, 7)) {
-    cc.dst = cc.src + cc.bytes;
-    char shape[48];
-    snprintf(shape, sizeof shape, "%lld MiB", (long long)(cc.bytes >> 20));
-    bench_row row;
-    bench_row_init(&row, "copy", shape, "bytes", "memcpy", BENCH_GBPS, 2.0 * (double)cc.bytes);
-    snprintf(row.note, sizeof row.note, "D2D cuMemcpyAsync, read + write");
-    bench_table_header(BENCH_GBPS);
-    if (!bench_time(&env, env.stream, copy_call_fn, &cc, bench_default_reps(&env), &row.kiln)) bench_report(&env, &row);
-  }
-  bench_free(&env, cc.src);
+  const size_t bytes = ((size_t)size_mib << 20) / 2;
+  char shape[48];
+  snprintf(shape, sizeof shape, "%lld MiB", (long long)(bytes >> 20));
+  bench_row row;
+  bench_row_init(&row, "copy", shape, "bytes", "memcpy", BENCH_GBPS, 2.0 * (double)bytes);
+  snprintf(row.note, sizeof row.note, "D2D cuMemcpyAsync, read + write");
+  bench_table_header(BENCH_GBPS);
+  if (!bench_copy_time(&env, bytes, &row.kiln)) bench_report(&env, &row);
   return bench_env_close(&env);
 }
 
@@ -91,6 +73,10 @@ static const command commands[] = {
     {"matmul", "kiln_matmul against cublasGemmEx, square and LLM shapes", bench_matmul_main, bench_matmul_usage},
     {"attention", "kiln_attention forward (peer: PyTorch SDPA times from scripts/bench_sdpa.py)", bench_attention_main,
      bench_attention_usage},
+    {"int4", "kiln_matmul_int4 decode and prefill shapes against cuBLAS f16 on the same logical shape",
+     bench_int4_main, bench_int4_usage},
+    {"int8", "kiln_matmul_int8 (W8A8) against cuBLAS's int8 GEMM (int32 sums), x @ W.T", bench_int8_main,
+     bench_int8_usage},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -52,4 +52,25 @@ typedef struct kiln_cpu_quant_args {
  * NaN or infinite weight and (OUT_OF_MEMORY) without scratch, both before anything is written. */
 kiln_status kiln_cpu_quantize_int8(const char *op, const kiln_cpu_quant_args *args);
 
+/* The W·A16 products (src/cpu/matmul_int4_cpu.c, src/cpu/qkv_project_cpu.c) over validated
+ * kiln_qkv_args (kiln_matmul_int4 is its one-projection case). For each projection p, x is
+ * widened into an f32 panel xp [m][k] (gathered through p->perm when set) and the weight's
+ * columns, chunk by chunk, into an f32 panel [nc][k] by load (both exact); then
+ *   y[i, j] = Σ_r xp[i][r] · w[j][r]   in double, as four interleaved partial sums over r
+ * (a fixed order: the same bits for any thread count), times p->scale[j·scale_stride] in double
+ * when p->scale is set, rounded once into y's dtype (kiln_cpu_store_rounded). OpenMP over output
+ * elements. Only failure: KILN_ERROR_OUT_OF_MEMORY (host panels), before anything is written. */
+typedef void (*kiln_cpu_wcols_fn)(const kiln_qkv_proj *p, int64_t k, int64_t n0, int64_t nc, float *panel);
+kiln_status kiln_cpu_w16_products(const char *op, const kiln_qkv_args *args, int nproj, kiln_cpu_wcols_fn load);
+/* Column loaders: the native int4 layout (codes, scales, zeros, group), and int8 w [k, n]. */
+void kiln_cpu_int4_cols(const kiln_qkv_proj *p, int64_t k, int64_t n0, int64_t nc, float *panel);
+void kiln_cpu_int8_cols(const kiln_qkv_proj *p, int64_t k, int64_t n0, int64_t nc, float *panel);
+/* Stores a double into a KILN_DT_* buffer with one rounding (to f32 by round-to-odd first, so
+ * that the narrowing to f16 / bf16 is not a double rounding). */
+void kiln_cpu_store_rounded(void *p, int64_t i, int dt, double v);
+
+kiln_status kiln_cpu_matmul_int4(const char *op, const kiln_int4_args *args);
+kiln_status kiln_cpu_qkv_int8(const char *op, const kiln_qkv_args *args);
+kiln_status kiln_cpu_qkv_int4(const char *op, const kiln_qkv_args *args);
+
 #endif /* KILN_CPU_H */

@@ -47,4 +47,41 @@ size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_arg
 kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op, const kiln_attn_args *args, int algo,
                                         int deterministic, void *workspace, CUstream stream);
 
+/* W4A16 and the fused QKV projections (src/ops/matmul_int4.c, src/ops/qkv_project.c). The
+ * checks shared by kiln_matmul_int4, kiln_qkv_project_int8 and kiln_qkv_project_int4: */
+/* opts->algo of the W·A16 ops, 0 AUTO, 1 DECODE or 2 PREFILL; an explicit algo on the CPU context
+ * is UNSUPPORTED. prefix names the enum in messages ("KILN_INT4", "KILN_QKV"). */
+kiln_status kiln_check_w16_algo(const kiln_context *ctx, const char *op, int algo, const char *prefix);
+/* The activation x: float16 or bfloat16 [M, K], row- or column-major (rank 2). */
+kiln_status kiln_check_w16_x(const kiln_context *ctx, const char *op, const DLTensor *x, kiln_matrix *m);
+/* A kiln_qweight argument: non-NULL, a valid [k, n] / group (kiln_qweight_bytes' rules), codes,
+ * scales and zeros non-NULL, on the context's device, w->k equal to x's K (x for the message). */
+kiln_status kiln_check_int4_weight(const kiln_context *ctx, const char *op, const char *arg, const kiln_qweight *w,
+                                   const DLTensor *x, int64_t k);
+/* INVALID_ARGUMENT when the output (named out) overlaps a buffer of the weight named arg. */
+kiln_status kiln_check_int4_weight_disjoint(const char *op, const char *out, const kiln_matrix *y, const char *arg,
+                                            const kiln_qweight *w);
+/* CPU context only (host memory): perm a permutation of 0..k-1 and every zero 0..16, checked
+ * before anything is written (a GPU kernel trusts them). */
+kiln_status kiln_check_int4_weight_values(const char *op, const char *arg, const kiln_qweight *w);
+
+/* A single W4A16 product as the one-projection case of the fused QKV args (proj[1], proj[2]
+ * empty, n 0), for code that serves both ops. */
+static inline void kiln_int4_as_qkv(const kiln_int4_args *a, kiln_qkv_args *q) {
+  *q = (kiln_qkv_args){0};
+  q->x = a->x, q->x_rs = a->x_rs, q->x_cs = a->x_cs;
+  q->m = a->m, q->k = a->k, q->x_dtype = a->x_dtype, q->y_dtype = a->y_dtype, q->algo = a->algo;
+  kiln_qkv_proj *p = &q->proj[0];
+  p->codes = a->codes, p->scales = a->scales, p->zeros = a->zeros, p->perm = a->perm, p->group = a->group;
+  p->y = a->y, p->y_rs = a->y_rs, p->y_cs = a->y_cs, p->n = a->n;
+}
+
+/* The GPU sides (src/ops/matmul_int4_gpu.c, src/ops/qkv_project_gpu.c): args validated, the
+ * context entered; UNSUPPORTED with a message for what no kernel handles. */
+kiln_status kiln_matmul_int4_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *args, CUstream stream);
+kiln_status kiln_qkv_int8_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
+kiln_status kiln_qkv_int4_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
+/* The W4A16 launcher behind both (src/ops/matmul_int4_gpu.c): proj[i].n == 0 skips a projection. */
+kiln_status kiln_w4a16_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
+
 #endif /* KILN_OPS_H */

@@ -353,6 +353,30 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+typedef struct copy_call {
+  bench_env *env;
+  CUdeviceptr src, dst;
+  size_t bytes;
+} copy_call;
+
+static int copy_call_fn(void *user, int iter) {
+  (void)iter; /* the buffer is far larger than L2: no rotation needed */
+  copy_call *cc = user;
+  return bench_cu_check(cc->env, cc->env->cu->cuMemcpyAsync(cc->dst, cc->src, cc->bytes, cc->env->stream),
+                        "cuMemcpyAsync (device to device)");
+}
+
+int bench_copy_time(bench_env *env, size_t bytes, bench_timing *out) {
+  copy_call cc = {env, 0, 0, bytes};
+  int rc = -1;
+  if (!bench_alloc(env, 2 * bytes, &cc.src) && !bench_fill_random(env, cc.src, bytes / 4, BENCH_F32, 7)) {
+    cc.dst = cc.src + bytes;
+    rc = bench_time(env, env->stream, copy_call_fn, &cc, bench_default_reps(env), out) ? -1 : 0;
+  }
+  bench_free(env, cc.src);
+  return rc;
+}
+
 int bench_default_reps(const bench_env *env) {
   return env->opts.reps > 0 ? env->opts.reps : env->opts.quick ? 10 : 30;
 }

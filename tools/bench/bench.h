@@ -23,6 +23,10 @@ int bench_matmul_main(int argc, char **argv);
 extern const char bench_matmul_usage[];
 int bench_attention_main(int argc, char **argv);
 extern const char bench_attention_usage[];
+int bench_int4_main(int argc, char **argv);
+extern const char bench_int4_usage[];
+int bench_int8_main(int argc, char **argv);
+extern const char bench_int8_usage[];
 
 /* ------------------------------------------------------------------------------------------ */
 /* Options every subcommand accepts                                                            */
@@ -132,6 +136,11 @@ typedef struct bench_timing {
  * between two events recorded on stream, and reports per-call median, min and p90. Returns 0,
  * the callback's nonzero value, or -1 after a driver error (printed). */
 int bench_time(bench_env *env, CUstream stream, bench_fn fn, void *user, int reps, bench_timing *out);
+
+/* Times a device-to-device cuMemcpyAsync of `bytes` (from one half of a fresh 2·bytes buffer to
+ * the other): the practical memory bandwidth that GB/s figures are read against is
+ * 2·bytes / time (read + write). Returns 0, or -1 after printing why. */
+int bench_copy_time(bench_env *env, size_t bytes, bench_timing *out);
 
 /* The repetitions a subcommand should use: --reps, else 30 (10 with --quick). */
 int bench_default_reps(const bench_env *env);
