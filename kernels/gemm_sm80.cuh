@@ -16,6 +16,13 @@
  *
  * Edges. The loader zero-fills every element outside [0, rows) x [0, cols) of the operand, so
  * partial tiles in M, N and K contribute zeros to the sums; the epilogue predicates every store.
+ *
+ * 8-bit operands (gemm_int8_sm80.cu, mma.sync m16n8k32 s8): in bytes, an m16 x k32 int8 A
+ * fragment is exactly an m16 x k16 f16 one (and likewise for B), so the same loaders and
+ * ldmatrix (non-transposed) serve them, with element type, chunk and pad counted in bytes.
+ * ldmatrix.trans moves 16-bit elements and cannot transpose bytes, so an int8 operand whose
+ * contiguous dimension is M or N goes through TransposingLoader (registers, byte permutes)
+ * and lands in shared memory k-major like the others.
  */
 #pragma once
 #include "common.cuh"
@@ -54,6 +61,30 @@ KILN_DEVICE void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* d += a * b for one m16n8k32 fragment of int8 (s8 x s8 -> s32). Without .satfinite the s32
+ * accumulation wraps modulo 2^32 (kiln_matmul_int8 relies on it for the one sum of 2^31). */
+KILN_DEVICE void mma_16832_s8(int32_t (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* The MMA of a GEMM: its shared-memory element, accumulator, k per instruction, and the call. */
+template <bool BF16>
+struct MmaF16 {
+  using Elem = uint16_t;
+  using Acc = float;
+  static constexpr int K = 16;
+  static KILN_DEVICE void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { mma_16816<BF16>(d, a, b); }
+};
+struct MmaS8 {
+  using Elem = uint8_t; /* bytes (int8 bit patterns): never sign-extended while staging */
+  using Acc = int32_t;
+  static constexpr int K = 32;
+  static KILN_DEVICE void mma(int32_t (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) { mma_16832_s8(d, a, b); }
+};
+
 /* 16-byte global->shared copy that reads only src_bytes (0..16) and zero-fills the rest. */
 KILN_DEVICE void cp_async_16(uint32_t dst, const void *src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
@@ -64,24 +95,31 @@ KILN_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n
 
 /* ---------------------------------------------------------------------------------------- */
 /* Tile loader: a [ROWS][COLS] window of a matrix whose COLS dimension is contiguous in global */
-/* memory, copied into shared memory rows of pitch COLS + KILN_GEMM_PAD. Work is split into   */
-/* 16-byte chunks (8 elements), ITERS per thread.                                              */
+/* memory, copied into shared memory rows of pitch COLS + 16 bytes (KILN_GEMM_PAD elements of */
+/* 16 bits). Work is split into 16-byte chunks (EPC elements: 8 of 16 bits, 16 of 8 bits),     */
+/* ITERS per thread. T is uint16_t (f16/bf16) or uint8_t (int8 bit patterns).                 */
 /* ---------------------------------------------------------------------------------------- */
-template <int ROWS, int COLS, int THREADS>
+template <int ROWS, int COLS, int THREADS, class T = uint16_t>
 struct TileLoader {
-  static constexpr int PITCH = COLS + KILN_GEMM_PAD;
-  static constexpr int CHUNKS_PER_ROW = COLS / 8;
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2, "8- or 16-bit elements");
+  static constexpr int EPC = 16 / (int)sizeof(T); /* elements per 16-byte chunk */
+  static constexpr int EPW = 4 / (int)sizeof(T);  /* elements per 32-bit word */
+  static constexpr int PITCH = COLS + EPC;        /* one chunk of padding: KILN_GEMM_PAD for 16 bits */
+  static constexpr int SMEM_ELEMS = ROWS * PITCH; /* shared-memory elements of one tile */
+  static constexpr bool TRANSPOSES = false;       /* shared memory keeps the global orientation */
+  static constexpr int CHUNKS_PER_ROW = COLS / EPC;
   static constexpr int ITERS = ROWS * CHUNKS_PER_ROW / THREADS;
   static_assert(ROWS * CHUNKS_PER_ROW % THREADS == 0, "tile chunks must divide among the threads");
+  using Regs = uint4[ITERS];
 
   /* Window origin g (element (0,0) of the tile), leading dimension ld, and how many rows/cols
    * of the window lie inside the matrix (may be <= 0 or larger than the tile). */
-  const uint16_t *g;
+  const T *g;
   int64_t ld;
   int rows_left, cols_left;
 
   KILN_DEVICE int chunk_row(int tid, int it) const { return (tid + it * THREADS) / CHUNKS_PER_ROW; }
-  KILN_DEVICE int chunk_col(int tid, int it) const { return (tid + it * THREADS) % CHUNKS_PER_ROW * 8; }
+  KILN_DEVICE int chunk_col(int tid, int it) const { return (tid + it * THREADS) % CHUNKS_PER_ROW * EPC; }
   /* cp.async path: needs 16-byte aligned rows (checked by the host). Branch-free: a full chunk
    * is one 16-byte cp.async, any other chunk a zero-fill cp.async (src-size 0 reads nothing; g
    * is a valid address). Chunks cut by the edge are then completed by patch_edge() once their
@@ -90,27 +128,27 @@ struct TileLoader {
    * why not branch per chunk here? Branching (element loads for edge chunks) cost CP_ASYNC 20 %
    * at 4096^3, and a separate interior-tile path pushed it past 255 registers into spills.
    * Counts are compared unclamped, as in load() below. */
-  KILN_DEVICE void async_copy(uint16_t *s, int tid) const {
+  KILN_DEVICE void async_copy(T *s, int tid) const {
 #pragma unroll
     for (int it = 0; it < ITERS; it++) {
       const int r = chunk_row(tid, it), c = chunk_col(tid, it);
-      const bool full = r < rows_left && cols_left - c >= 8;
+      const bool full = r < rows_left && cols_left - c >= EPC;
       cp_async_16(smem_u32(s + r * PITCH + c), full ? g + r * ld + c : g, full ? 16 : 0);
     }
   }
   /* Whether the window's column edge cuts a chunk: only then has patch_edge() work. Uniform
    * across the block. */
-  KILN_DEVICE bool has_partial_chunks() const { return cols_left < COLS && cols_left % 8 != 0; }
+  KILN_DEVICE bool has_partial_chunks() const { return cols_left < COLS && cols_left % EPC != 0; }
   /* Writes the valid elements of the chunks cut by the column edge (zeros were written by
    * async_copy). Call after this thread's copies of the slice have completed (cp.async.wait),
    * before the barrier that publishes the slice. Rare, so the element loop stays rolled. */
-  KILN_DEVICE void patch_edge(uint16_t *s, int tid) const {
+  KILN_DEVICE void patch_edge(T *s, int tid) const {
 #pragma unroll 1
     for (int it = 0; it < ITERS; it++) {
       const int r = chunk_row(tid, it), c = chunk_col(tid, it);
       const int left = cols_left - c;
-      if (r < rows_left && left > 0 && left < 8) {
-        const uint16_t *src = g + r * ld + c;
+      if (r < rows_left && left > 0 && left < EPC) {
+        const T *src = g + r * ld + c;
         for (int i = 0; i < left; i++) s[r * PITCH + c + i] = src[i];
       }
     }
@@ -124,28 +162,28 @@ struct TileLoader {
    * past K (negative counts) take the vector branch and read outside the matrix. The vector
    * load is volatile inline PTX so that it stays inside its branch. */
   template <bool VEC>
-  KILN_DEVICE void load(uint4 (&regs)[ITERS], int tid) const {
+  KILN_DEVICE void load(Regs &regs, int tid) const {
 #pragma unroll
     for (int it = 0; it < ITERS; it++) {
       const int r = chunk_row(tid, it), c = chunk_col(tid, it);
-      const int left = r < rows_left ? cols_left - c : 0; /* elements of this chunk's row left, may be < 0 or > 8 */
-      const uint16_t *src = g + r * ld + c;
+      const int left = r < rows_left ? cols_left - c : 0; /* elements of this chunk's row left, may be < 0 or > EPC */
+      const T *src = g + r * ld + c;
       uint4 val = make_uint4(0u, 0u, 0u, 0u);
-      if (VEC && left >= 8) {
+      if (VEC && left >= EPC) {
         asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
                      : "l"(src));
       } else if (left > 0) {
         uint32_t w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-        for (int i = 0; i < 8; i++)
-          if (i < left) w[i / 2] |= (uint32_t)src[i] << (16 * (i % 2));
+        for (int i = 0; i < EPC; i++)
+          if (i < left) w[i / EPW] |= (uint32_t)src[i] << (8 * (int)sizeof(T) * (i % EPW));
         val = make_uint4(w[0], w[1], w[2], w[3]);
       }
       regs[it] = val;
     }
   }
-  KILN_DEVICE void store(uint16_t *s, const uint4 (&regs)[ITERS], int tid) const {
+  KILN_DEVICE void store(T *s, const Regs &regs, int tid) const {
 #pragma unroll
     for (int it = 0; it < ITERS; it++)
       *reinterpret_cast<uint4 *>(s + chunk_row(tid, it) * PITCH + chunk_col(tid, it)) = regs[it];
@@ -153,32 +191,128 @@ struct TileLoader {
 };
 
 /* ---------------------------------------------------------------------------------------- */
+/* Transposing tile loader (8-bit elements): a [KROWS][MN] window of a matrix whose MN         */
+/* dimension is contiguous in global memory (an m-major A or n-major B), stored k-major as     */
+/* [MN][KROWS + 16] bytes, the layout of the k-major int8 tiles, so that the same ldmatrix     */
+/* fragment loads serve every layout.                                                          */
+/*                                                                                             */
+/* Why registers: ldmatrix.trans transposes 16-bit elements, not bytes, and an int8 fragment   */
+/* word must hold 4 consecutive k of one row. A thread loads a unit of 4 k-rows x 8 bytes      */
+/* (four 8-byte loads) and, when storing, turns it with 8 byte permutes (prmt) per 4x4 block   */
+/* into 8 words of 4 k each, one per m, written as 32-bit shared stores. The permutes run in   */
+/* store(), after the MMAs of the slice, so the loads' latency stays hidden.                   */
+/* Unit order: 8 consecutive units walk K (lanes along k write consecutive words of a row),     */
+/* then MN. Rows 8 apart share banks whatever the 16-byte-multiple pitch, so the stores of a   */
+/* warp (4 rows 8 apart x 8 words) are 4-way conflicted; walking MN first would coalesce the   */
+/* global loads better but make the stores 16-way conflicted. Each warp load instruction       */
+/* reads 8 rows x 32 contiguous bytes (whole sectors).                                         */
+/* ---------------------------------------------------------------------------------------- */
+template <int KROWS, int MN, int THREADS>
+struct TransposingLoader {
+  static constexpr int PITCH = KROWS + 16;      /* bytes per shared row (one m or n) */
+  static constexpr int SMEM_ELEMS = MN * PITCH; /* shared-memory bytes of one tile */
+  static constexpr bool TRANSPOSES = true;      /* stored k-major whatever the global layout */
+  static constexpr int KG = KROWS / 4, MC = MN / 8; /* units: KG along k, MC along mn */
+  static constexpr int LANES_K = KG < 8 ? KG : 8;
+  static constexpr int ITERS = KG * MC / THREADS;
+  static_assert(KROWS % 4 == 0 && MN % 8 == 0 && KG % LANES_K == 0, "whole units");
+  static_assert(KG * MC % THREADS == 0, "tile units must divide among the threads");
+  using Regs = uint2[ITERS * 4]; /* per unit: 4 k-rows of 8 bytes */
+
+  /* As in TileLoader: window origin (k0, mn0), leading dimension (between k-rows), and the
+   * k-rows / mn columns of the window inside the matrix. */
+  const uint8_t *g;
+  int64_t ld;
+  int rows_left, cols_left;
+
+  KILN_DEVICE void unit(int tid, int it, int &kg, int &mc) const {
+    const int u = tid + it * THREADS, rest = u / LANES_K;
+    mc = rest % MC;
+    kg = rest / MC * LANES_K + u % LANES_K;
+  }
+  /* VEC: one 8-byte load per full row of a unit (16-byte aligned rows, checked by the host);
+   * otherwise, and at the mn edge, byte by byte. Rows past K and bytes past MN are zero. */
+  template <bool VEC>
+  KILN_DEVICE void load(Regs &regs, int tid) const {
+#pragma unroll
+    for (int it = 0; it < ITERS; it++) {
+      int kg, mc;
+      unit(tid, it, kg, mc);
+      const int left = cols_left - mc * 8; /* bytes of the unit's rows inside the matrix, may be < 0 or > 8 */
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const int k = kg * 4 + r;
+        const uint8_t *src = g + k * ld + mc * 8;
+        uint2 val = make_uint2(0u, 0u);
+        if (k < rows_left) {
+          if (VEC && left >= 8) {
+            asm volatile("ld.global.v2.u32 {%0, %1}, [%2];\n" : "=r"(val.x), "=r"(val.y) : "l"(src));
+          } else if (left > 0) {
+            uint32_t w[2] = {0u, 0u};
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+              if (i < left) w[i / 4] |= (uint32_t)src[i] << (8 * (i % 4));
+            val = make_uint2(w[0], w[1]);
+          }
+        }
+        regs[it * 4 + r] = val;
+      }
+    }
+  }
+  KILN_DEVICE void store(uint8_t *s, const Regs &regs, int tid) const {
+#pragma unroll
+    for (int it = 0; it < ITERS; it++) {
+      int kg, mc;
+      unit(tid, it, kg, mc);
+#pragma unroll
+      for (int h = 0; h < 2; h++) { /* bytes 0-3, then 4-7 of each row: a 4x4 block (k x m) */
+        const uint32_t r0 = h ? regs[it * 4].y : regs[it * 4].x, r1 = h ? regs[it * 4 + 1].y : regs[it * 4 + 1].x;
+        const uint32_t r2 = h ? regs[it * 4 + 2].y : regs[it * 4 + 2].x, r3 = h ? regs[it * 4 + 3].y : regs[it * 4 + 3].x;
+        /* byte j of word w = element (k = w, m = j); interleave k pairs, then k quads */
+        const uint32_t t0 = __byte_perm(r0, r1, 0x5140), t1 = __byte_perm(r0, r1, 0x7362);
+        const uint32_t u0 = __byte_perm(r2, r3, 0x5140), u1 = __byte_perm(r2, r3, 0x7362);
+        const uint32_t col[4] = {__byte_perm(t0, u0, 0x5410), __byte_perm(t0, u0, 0x7632), __byte_perm(t1, u1, 0x5410),
+                                 __byte_perm(t1, u1, 0x7632)}; /* col[j]: k 0..3 of m = j */
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+          *reinterpret_cast<uint32_t *>(s + (mc * 8 + h * 4 + j) * PITCH + kg * 4) = col[j];
+      }
+    }
+  }
+};
+
+/* ---------------------------------------------------------------------------------------- */
 /* Warp fragments                                                                             */
 /* ---------------------------------------------------------------------------------------- */
-/* A fragment for rows [m0, m0+16) and k [k0, k0+16) of the block's A tile. K_MAJOR: the tile is
- * stored [BM][BK+PAD]; else [BK][BM+PAD] and read transposed. */
-template <bool K_MAJOR, int BM, int BK>
-KILN_DEVICE void load_a_frag(uint32_t (&a)[4], const uint16_t *s, int m0, int k0, int lane) {
+/* A fragment for rows [m0, m0+16) and k [k0, k0+16) of the block's A tile (k [k0, k0+32) of
+ * an 8-bit one: the same 16 x 32 bytes). K_MAJOR: the tile is stored [BM][BK+pad]; else
+ * [BK][BM+PAD] and read transposed (16-bit elements only). */
+template <bool K_MAJOR, int BM, int BK, class T = uint16_t>
+KILN_DEVICE void load_a_frag(uint32_t (&a)[4], const T *s, int m0, int k0, int lane) {
+  constexpr int EPC = 16 / (int)sizeof(T); /* elements per 16 bytes: the pad and the k offset of matrices 2-3 */
   if (K_MAJOR) {
-    constexpr int P = BK + KILN_GEMM_PAD;
-    ldmatrix_x4<false>(a, smem_u32(s + (m0 + lane % 16) * P + k0 + lane / 16 * 8));
+    constexpr int P = BK + EPC;
+    ldmatrix_x4<false>(a, smem_u32(s + (m0 + lane % 16) * P + k0 + lane / 16 * EPC));
   } else {
+    static_assert(K_MAJOR || sizeof(T) == 2, "ldmatrix.trans transposes 16-bit elements only");
     constexpr int P = BM + KILN_GEMM_PAD;
     int j = lane / 8, r = lane % 8;
     ldmatrix_x4<true>(a, smem_u32(s + (k0 + r + j / 2 * 8) * P + m0 + j % 2 * 8));
   }
 }
 
-/* B fragments for columns [n0, n0+16) (two n8 fragments) and k [k0, k0+16). K_MAJOR: stored
- * [BN][BK+PAD]; else [BK][BN+PAD] and read transposed. */
-template <bool K_MAJOR, int BN, int BK>
-KILN_DEVICE void load_b_frag_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const uint16_t *s, int n0, int k0, int lane) {
+/* B fragments for columns [n0, n0+16) (two n8 fragments) and k [k0, k0+16) (8-bit: k0+32).
+ * K_MAJOR: stored [BN][BK+pad]; else [BK][BN+PAD] and read transposed (16-bit only). */
+template <bool K_MAJOR, int BN, int BK, class T = uint16_t>
+KILN_DEVICE void load_b_frag_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T *s, int n0, int k0, int lane) {
+  constexpr int EPC = 16 / (int)sizeof(T);
   uint32_t r4[4];
   int j = lane / 8, r = lane % 8;
   if (K_MAJOR) {
-    constexpr int P = BK + KILN_GEMM_PAD;
-    ldmatrix_x4<false>(r4, smem_u32(s + (n0 + r + j / 2 * 8) * P + k0 + j % 2 * 8));
+    constexpr int P = BK + EPC;
+    ldmatrix_x4<false>(r4, smem_u32(s + (n0 + r + j / 2 * 8) * P + k0 + j % 2 * EPC));
   } else {
+    static_assert(K_MAJOR || sizeof(T) == 2, "ldmatrix.trans transposes 16-bit elements only");
     constexpr int P = BN + KILN_GEMM_PAD;
     ldmatrix_x4<true>(r4, smem_u32(s + (k0 + r + j % 2 * 8) * P + n0 + j / 2 * 8));
   }
@@ -188,12 +322,13 @@ KILN_DEVICE void load_b_frag_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const ui
   b1[1] = r4[3];
 }
 
-/* One BK slice of the warp's (MT*16 x NT*8) product from the stage's A and B tiles.
- * Fragments are double-buffered across the k16 steps: step ks+1's ldmatrix are issued before
- * step ks's MMAs, so shared-memory latency overlaps the tensor-core work. */
-template <bool BF16, bool A_K, bool B_K, int BM, int BN, int BK, int MT, int NT>
-KILN_DEVICE void warp_mma_slice(float (&acc)[MT][NT][4], const uint16_t *sa, const uint16_t *sb, int wm0, int wn0,
-                                int lane) {
+/* One BK slice of the warp's (MT*16 x NT*8) product from the stage's A and B tiles (A_K / B_K:
+ * how the tiles are stored in shared memory). Fragments are double-buffered across the k steps
+ * (Mma::K elements each): step ks+1's ldmatrix are issued before step ks's MMAs, so
+ * shared-memory latency overlaps the tensor-core work. */
+template <class Mma, bool A_K, bool B_K, int BM, int BN, int BK, int MT, int NT>
+KILN_DEVICE void warp_mma_slice(typename Mma::Acc (&acc)[MT][NT][4], const typename Mma::Elem *sa,
+                                const typename Mma::Elem *sb, int wm0, int wn0, int lane) {
   uint32_t a[2][MT][4], b[2][NT][2];
   auto load = [&](int buf, int ks) {
 #pragma unroll
@@ -204,27 +339,34 @@ KILN_DEVICE void warp_mma_slice(float (&acc)[MT][NT][4], const uint16_t *sa, con
   };
   load(0, 0);
 #pragma unroll
-  for (int step = 0; step < BK / 16; step++) {
+  for (int step = 0; step < BK / Mma::K; step++) {
     const int cur = step % 2;
-    if (step + 1 < BK / 16) load(cur ^ 1, (step + 1) * 16);
+    if (step + 1 < BK / Mma::K) load(cur ^ 1, (step + 1) * Mma::K);
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
-      for (int j = 0; j < NT; j++) mma_16816<BF16>(acc[i][j], a[cur][i], b[cur][j]);
+      for (int j = 0; j < NT; j++) Mma::mma(acc[i][j], a[cur][i], b[cur][j]);
   }
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Epilogue: C = alpha * acc + beta * C, converted to C's dtype, every store predicated.       */
+/* Epilogue: every store predicated, converted to C's dtype (round to nearest even).           */
 /* Lane l holds rows (l/4, l/4+8) and columns (2(l%4), 2(l%4)+1) of each 16x8 fragment.        */
 /* ---------------------------------------------------------------------------------------- */
-template <int MT, int NT>
-KILN_DEVICE void store_c(const float (&acc)[MT][NT][4], const kiln_gemm_args &p, void *c, int row0, int col0,
-                         int lane) {
+/* Stores the warp's fragments into C (p.m x p.n, element (row, col) at row·c_rs + col·c_cs,
+ * dtype p.c_dtype). Value::get(p, c, dt, row, col, idx, a0, a1, v0, v1) turns the accumulators
+ * of (row, col) and (row, col + 1) into the floats to store (the second is stored only when
+ * col + 1 < p.n); idx is (row, col)'s offset in C. Value is stateless and everything reaches it
+ * as arguments: a functor holding a reference to the kernel's argument struct changed the f16
+ * kernels' epilogue code and register allocation. (The order of the statements here and in
+ * GemmValue keeps the f16/bf16 kernels' PTX identical to the pre-int8 code.) */
+template <class Value, int MT, int NT, class Acc, class P>
+KILN_DEVICE void store_tile(const Acc (&acc)[MT][NT][4], const P &p, int64_t c_rs, int64_t c_cs, void *c, int row0,
+                            int col0, int lane) {
   const int dt = p.c_dtype;
   const int esize = dt == KILN_DT_F32 ? 4 : 2;
   /* Pairs of adjacent columns go out as one 4- or 8-byte store when C's rows allow it. */
-  const bool pair_ok = ((uintptr_t)c % (2 * esize) == 0) && p.c_rs % 2 == 0;
+  const bool pair_ok = c_cs == 1 && ((uintptr_t)c % (2 * esize) == 0) && c_rs % 2 == 0;
 #pragma unroll
   for (int i = 0; i < MT; i++)
 #pragma unroll
@@ -235,13 +377,10 @@ KILN_DEVICE void store_c(const float (&acc)[MT][NT][4], const kiln_gemm_args &p,
       for (int j = 0; j < NT; j++) {
         const int col = col0 + j * 8 + lane % 4 * 2;
         if (col >= p.n) continue;
-        const int64_t idx = (int64_t)row * p.c_rs + col;
-        float v0 = p.alpha * acc[i][j][2 * h], v1 = p.alpha * acc[i][j][2 * h + 1];
+        const int64_t idx = (int64_t)row * c_rs + (int64_t)col * c_cs;
+        float v0, v1;
+        Value::get(p, c, dt, row, col, idx, acc[i][j][2 * h], acc[i][j][2 * h + 1], v0, v1);
         const bool both = col + 1 < p.n;
-        if (p.beta != 0.f) {
-          v0 += p.beta * kiln_load_as_f32(c, idx, dt);
-          if (both) v1 += p.beta * kiln_load_as_f32(c, idx + 1, dt);
-        }
         if (both && pair_ok) {
           if (dt == KILN_DT_F32)
             *reinterpret_cast<float2 *>((float *)c + idx) = make_float2(v0, v1);
@@ -251,22 +390,225 @@ KILN_DEVICE void store_c(const float (&acc)[MT][NT][4], const kiln_gemm_args &p,
             *reinterpret_cast<__nv_bfloat162 *>((__nv_bfloat16 *)c + idx) = __floats2bfloat162_rn(v0, v1);
         } else {
           kiln_store_from_f32(c, idx, dt, v0);
-          if (both) kiln_store_from_f32(c, idx + 1, dt, v1);
+          if (both) kiln_store_from_f32(c, idx + c_cs, dt, v1);
         }
       }
     }
 }
 
+/* 0, produced where it is called (volatile asm stays inside its loop). Added to an epilogue's
+ * first row and column, it keeps ptxas from hoisting the epilogue's address arithmetic out of
+ * the batch loop, where it would stay live across the K loop (int8 on sm_80: 140-184 bytes
+ * of spills without it, none with it). */
+KILN_DEVICE int opaque_zero() {
+  int z;
+  asm volatile("mov.u32 %0, 0;\n" : "=r"(z));
+  return z;
+}
+
+/* kiln_matmul's epilogue: C = alpha * acc + beta * C (C row-major: c_cs = 1). */
+struct GemmValue {
+  static KILN_DEVICE void get(const kiln_gemm_args &p, void *c, int dt, int, int col, int64_t idx, float a0, float a1,
+                              float &v0, float &v1) {
+    v0 = p.alpha * a0;
+    v1 = p.alpha * a1;
+    const bool both = col + 1 < p.n;
+    if (p.beta != 0.f) {
+      v0 += p.beta * kiln_load_as_f32(c, idx, dt);
+      if (both) v1 += p.beta * kiln_load_as_f32(c, idx + 1, dt);
+    }
+  }
+};
+template <int MT, int NT>
+KILN_DEVICE void store_c(const float (&acc)[MT][NT][4], const kiln_gemm_args &p, void *c, int row0, int col0,
+                         int lane) {
+  store_tile<GemmValue>(acc, p, p.c_rs, 1, c, row0, col0, lane);
+}
+
 /* Tile order: tile pid of a batch, in bands of group_m tile-rows walked column by column, so
  * consecutive tiles share B tiles and a band's A tiles stay in L2. */
-KILN_DEVICE void tile_coords(const kiln_gemm_args &p, int pid, int bm, int bn, int &tm, int &tn) {
-  const int tiles_m = (p.m + bm - 1) / bm, tiles_n = (p.n + bn - 1) / bn;
-  const int group = p.group_m > 0 ? p.group_m : 1;
+KILN_DEVICE void tile_coords(int m, int n, int group_m, int pid, int bm, int bn, int &tm, int &tn) {
+  const int tiles_m = (m + bm - 1) / bm, tiles_n = (n + bn - 1) / bn;
+  const int group = group_m > 0 ? group_m : 1;
   const int per_group = group * tiles_n;
   const int first_m = pid / per_group * group;
   const int size_m = min(tiles_m - first_m, group);
   tm = first_m + pid % per_group % size_m;
   tn = pid % per_group / size_m;
+}
+KILN_DEVICE void tile_coords(const kiln_gemm_args &p, int pid, int bm, int bn, int &tm, int &tn) {
+  tile_coords(p.m, p.n, p.group_m, pid, bm, bn, tm, tn);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The block of the sm_80 GEMMs (gemm_sm80.cu, gemm_int8_sm80.cu): a BM x BN tile of C with   */
+/* 8 warps (2 along M x 4 along N), stepping through K in BK slices, for every batch.         */
+/* ---------------------------------------------------------------------------------------- */
+constexpr int GEMM_THREADS = KILN_GEMM_THREADS, GEMM_WARPS_M = 2, GEMM_WARPS_N = 4;
+static_assert(GEMM_WARPS_M * GEMM_WARPS_N * 32 == GEMM_THREADS, "8 warps");
+
+/* How slices reach shared memory: through registers (16-byte vector loads on aligned rows, or
+ * element by element), or with cp.async (aligned rows; no transposing loader). */
+enum class Feed { RegisterStaged, RegisterStagedScalar, CpAsync };
+
+template <bool C, class X, class Y>
+struct Pick {
+  using type = X;
+};
+template <class X, class Y>
+struct Pick<false, X, Y> {
+  using type = Y;
+};
+
+/* The operand loaders of a tile shape: A is [BM][BK] (k-major) or [BK][BM]; B is [BN][BK]
+ * (k-major) or [BK][BN]. With TRANSPOSE (8-bit elements) an m/n-major operand goes through
+ * TransposingLoader and is stored k-major too. slice() places them on the K slice at k0.
+ * P is kiln_gemm_args or kiln_int8_args (same stride and size fields). */
+template <class T, int BM, int BN, int BK, bool A_K, bool B_K, bool TRANSPOSE>
+struct Operands {
+  using LA = typename Pick<A_K || !TRANSPOSE, TileLoader<A_K ? BM : BK, A_K ? BK : BM, GEMM_THREADS, T>,
+                           TransposingLoader<BK, BM, GEMM_THREADS>>::type;
+  using LB = typename Pick<B_K || !TRANSPOSE, TileLoader<B_K ? BN : BK, B_K ? BK : BN, GEMM_THREADS, T>,
+                           TransposingLoader<BK, BN, GEMM_THREADS>>::type;
+  static constexpr bool SA_K = A_K || LA::TRANSPOSES, SB_K = B_K || LB::TRANSPOSES; /* shared orientation */
+  LA a;
+  LB b;
+
+  template <class P>
+  KILN_DEVICE Operands(const P &p, int m0, int n0) {
+    /* Extent left in the M / N direction; the K extent is set per slice. */
+    if (A_K) {
+      a.ld = p.a_rs;
+      a.rows_left = p.m - m0;
+    } else {
+      a.ld = p.a_cs;
+      a.cols_left = p.m - m0;
+    }
+    if (B_K) {
+      b.ld = p.b_cs;
+      b.rows_left = p.n - n0;
+    } else {
+      b.ld = p.b_rs;
+      b.cols_left = p.n - n0;
+    }
+  }
+  template <class P>
+  KILN_DEVICE void slice(const T *A, const T *B, const P &p, int m0, int n0, int k0) {
+    if (A_K) {
+      a.g = A + m0 * p.a_rs + k0;
+      a.cols_left = p.k - k0;
+    } else {
+      a.g = A + k0 * p.a_cs + m0;
+      a.rows_left = p.k - k0;
+    }
+    if (B_K) {
+      b.g = B + n0 * p.b_cs + k0;
+      b.cols_left = p.k - k0;
+    } else {
+      b.g = B + k0 * p.b_rs + n0;
+      b.rows_left = p.k - k0;
+    }
+  }
+};
+
+/* Computes the block's tile (blockIdx.x in the order of tile_coords) of every batch
+ * (blockIdx.z, step gridDim.z) and hands the accumulators to Epilogue::store(acc, p, C of the
+ * batch, first row, first column, lane) (stateless, as Value in store_tile). Register-staged feeds use 2 stages: the loads of slice k+1
+ * are issued before the MMAs of slice k and stored to the other buffer after them; CpAsync
+ * keeps STAGES-1 slices in flight. One __syncthreads per slice. */
+template <class Mma, int BM, int BN, int BK, int STAGES, Feed FEED, bool A_K, bool B_K, bool TRANSPOSE, class Epilogue,
+          class P>
+KILN_DEVICE void gemm_block(const P &p, int group_m) {
+  using T = typename Mma::Elem;
+  using Ops = Operands<T, BM, BN, BK, A_K, B_K, TRANSPOSE>;
+  constexpr int WM = BM / GEMM_WARPS_M, WN = BN / GEMM_WARPS_N, MT = WM / 16, NT = WN / 8;
+  constexpr int A_ELEMS = Ops::LA::SMEM_ELEMS, B_ELEMS = Ops::LB::SMEM_ELEMS;
+  static_assert(FEED != Feed::CpAsync || STAGES >= 2, "cp.async ring of 2+ slices");
+  extern __shared__ __align__(128) uint16_t smem[];
+  T *sa = reinterpret_cast<T *>(smem), *sb = sa + STAGES * A_ELEMS;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wm0 = warp / GEMM_WARPS_N * WM, wn0 = warp % GEMM_WARPS_N * WN;
+  int tm, tn;
+  tile_coords(p.m, p.n, group_m, blockIdx.x, BM, BN, tm, tn);
+  const int m0 = tm * BM, n0 = tn * BN;
+  const int nk = (p.k + BK - 1) / BK;
+
+  for (int batch = blockIdx.z; batch < p.batch; batch += gridDim.z) {
+    const T *A = (const T *)p.a + batch * p.a_bs;
+    const T *B = (const T *)p.b + batch * p.b_bs;
+    void *C = (char *)p.c + batch * p.c_bs * (p.c_dtype == KILN_DT_F32 ? 4 : 2);
+
+    typename Mma::Acc acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+      for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[i][j][e] = 0;
+
+    Ops op(p, m0, n0);
+
+    if constexpr (FEED == Feed::CpAsync) {
+      /* Prologue: STAGES-1 slices in flight. A group is committed every step, even an empty one,
+       * so that wait_group<STAGES-2> always means "slice kt has landed". */
+#pragma unroll
+      for (int s = 0; s < STAGES - 1; s++) {
+        if (s < nk) {
+          op.slice(A, B, p, m0, n0, s * BK);
+          op.a.async_copy(sa + s * A_ELEMS, tid);
+          op.b.async_copy(sb + s * B_ELEMS, tid);
+        }
+        cp_async_commit();
+      }
+      for (int kt = 0; kt < nk; kt++) {
+        cp_async_wait<STAGES - 2>();
+        const int s = kt % STAGES;
+        op.slice(A, B, p, m0, n0, kt * BK); /* chunks cut by an edge: see TileLoader::async_copy */
+        if (op.a.has_partial_chunks()) op.a.patch_edge(sa + s * A_ELEMS, tid);
+        if (op.b.has_partial_chunks()) op.b.patch_edge(sb + s * B_ELEMS, tid);
+        __syncthreads(); /* slice kt visible to all; slice kt-1's buffer free for refill */
+        const int pf = kt + STAGES - 1;
+        if (pf < nk) {
+          op.slice(A, B, p, m0, n0, pf * BK);
+          op.a.async_copy(sa + pf % STAGES * A_ELEMS, tid);
+          op.b.async_copy(sb + pf % STAGES * B_ELEMS, tid);
+        }
+        cp_async_commit();
+        warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + s * A_ELEMS, sb + s * B_ELEMS, wm0,
+                                                                      wn0, lane);
+      }
+      cp_async_wait<0>();
+    } else {
+      constexpr bool VEC = FEED == Feed::RegisterStaged;
+      typename Ops::LA::Regs ra;
+      typename Ops::LB::Regs rb;
+      op.slice(A, B, p, m0, n0, 0);
+      op.a.template load<VEC>(ra, tid);
+      op.b.template load<VEC>(rb, tid);
+      op.a.store(sa, ra, tid);
+      op.b.store(sb, rb, tid);
+      __syncthreads();
+      for (int kt = 0; kt < nk; kt++) {
+        const bool more = kt + 1 < nk;
+        if (more) { /* issue slice kt+1's loads; they complete while the MMAs below run */
+          op.slice(A, B, p, m0, n0, (kt + 1) * BK);
+          op.a.template load<VEC>(ra, tid);
+          op.b.template load<VEC>(rb, tid);
+        }
+        const int s = kt % 2;
+        warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + s * A_ELEMS, sb + s * B_ELEMS, wm0,
+                                                                      wn0, lane);
+        if (more) {
+          op.a.store(sa + (s ^ 1) * A_ELEMS, ra, tid);
+          op.b.store(sb + (s ^ 1) * B_ELEMS, rb, tid);
+        }
+        __syncthreads();
+      }
+    }
+    Epilogue::store(acc, p, C, m0 + wm0, n0 + wn0, lane);
+    if (gridDim.z < p.batch) __syncthreads(); /* the next batch reuses shared memory */
+  }
 }
 
 } /* namespace kiln */

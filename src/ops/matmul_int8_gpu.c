@@ -1,10 +1,85 @@
 /*
- * matmul_int8_gpu.c — kiln_matmul_int8's GPU side. No int8 kernel yet (IMMA mma.sync m16n8k32
- * for sm_80+ and s8 wgmma for sm_90a are the plan): GPU calls are refused with UNSUPPORTED.
+ * matmul_int8_gpu.c — kiln_matmul_int8's GPU side: choose an int8 kernel
+ * (kernels/gemm_int8_sm80.cu) and launch it on the caller's stream. No allocation, no sync.
+ *
+ * Choice (AUTO, the only int8 algo):
+ *   cpasync_i8_kk   A and B k-major (x @ W.T with a Linear weight), 16-byte aligned rows, and
+ *                   the device grants the 162 KB of shared memory of its 3-stage ring;
+ *   mma_i8_<layout> register-staged 16-byte vector loads, any layout (an m-major A or n-major
+ *                   B is transposed on its way to shared memory);
+ *   mma_i8_<layout>_scalar  element loads, for rows that are not 16-byte aligned.
+ * A column-major C is computed as Cᵀ = Bᵀ·Aᵀ (the kernels write rows), with `transposed` set so
+ * that the scales are still applied row before column, bit for bit as the CPU path.
  */
+#include <inttypes.h>
+#include <string.h>
+
 #include "ops.h"
 
-kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const kiln_int8_args *args, CUstream stream) {
-  (void)ctx, (void)args, (void)stream;
-  return kiln_fail(KILN_ERROR_UNSUPPORTED, "%s: no GPU int8 kernel in this build yet; use a CPU context", op);
+/* What TensorCore int8 MMA (mma.sync m16n8k32 s8) needs: compute capability 8.0. */
+#define INT8_MIN_ARCH 80
+
+/* 16-byte vector loads along the contiguous dimension are legal: data pointer, leading
+ * dimension (when more than one row/column uses it) and batch stride multiples of 16 bytes,
+ * as kiln_matrix_aligned16 for 1-byte elements. */
+static bool aligned16(const int8_t *data, int64_t rs, int64_t cs, int64_t bs, int64_t rows, int64_t cols) {
+  const bool row_major = cs == 1;
+  const int64_t outer = row_major ? rows : cols, ld = row_major ? rs : cs;
+  return (uintptr_t)data % 16 == 0 && (outer <= 1 || ld % 16 == 0) && bs % 16 == 0;
+}
+
+kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const kiln_int8_args *in, CUstream stream) {
+  if (ctx->arch < INT8_MIN_ARCH)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: the int8 kernel needs int8 tensor cores with mma.sync m16n8k32 (compute capability 8.0 or "
+                     "newer) but %s is sm_%d; use a CPU context (kDLCPU) for int8 products on this machine",
+                     op, ctx->info.name, ctx->arch);
+  kiln_int8_args p = *in;
+  p.transposed = 0;
+  /* The kernels write C row-major (c_cs == 1; kiln_matrix_view normalizes a C with one column
+   * to c_cs == 1 as well). Otherwise: Cᵀ [N, M] = Bᵀ [N, K] · Aᵀ [K, M], scales swapped. */
+  if (p.c_cs != 1) {
+    const int8_t *a = p.a;
+    const int64_t a_bs = p.a_bs, a_rs = p.a_rs, a_cs = p.a_cs;
+    p.a = p.b, p.a_bs = p.b_bs, p.a_rs = p.b_cs, p.a_cs = p.b_rs;
+    p.b = a, p.b_bs = a_bs, p.b_rs = a_cs, p.b_cs = a_rs;
+    const int64_t c_rs = p.c_rs;
+    p.c_rs = p.c_cs, p.c_cs = c_rs;
+    const float *rs = p.row_scale;
+    const int64_t rss = p.row_scale_stride;
+    p.row_scale = p.col_scale, p.row_scale_stride = p.col_scale_stride;
+    p.col_scale = rs, p.col_scale_stride = rss;
+    const int32_t m = p.m;
+    p.m = p.n, p.n = m;
+    p.transposed = 1;
+  }
+  const bool a_k = p.a_cs == 1, b_k = p.b_rs == 1;
+  const bool aligned = aligned16(p.a, p.a_rs, p.a_cs, p.a_bs, p.m, p.k) && aligned16(p.b, p.b_rs, p.b_cs, p.b_bs, p.k, p.n);
+  const size_t cpa_smem = (size_t)KILN_GEMM_I8_SMEM_BYTES(KILN_GEMM_I8_CPA_STAGES, KILN_GEMM_I8_CPA_BK);
+  const size_t mma_smem = (size_t)KILN_GEMM_I8_SMEM_BYTES(2, KILN_GEMM_I8_MMA_BK);
+  const bool cpa = a_k && b_k && aligned && ctx->info.smem_per_block_optin >= cpa_smem;
+  if (!cpa && ctx->info.smem_per_block_optin < mma_smem)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: the int8 kernel needs %zu bytes of shared memory per block but %s grants %zu; use a CPU "
+                     "context for int8 products on this device",
+                     op, mma_smem, ctx->info.name, ctx->info.smem_per_block_optin);
+
+  const int64_t tiles = (((int64_t)p.m + KILN_GEMM_I8_BM - 1) / KILN_GEMM_I8_BM) *
+                        (((int64_t)p.n + KILN_GEMM_I8_BN - 1) / KILN_GEMM_I8_BN);
+  if (tiles > INT32_MAX)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: C is [%d, %d], %" PRId64 " tiles of %dx%d per batch, more than a grid holds (2^31-1); split "
+                     "the product",
+                     op, in->m, in->n, tiles, KILN_GEMM_I8_BM, KILN_GEMM_I8_BN);
+  /* kernel_list.h orders each group of int8 kernels kk, kn, mk, mn */
+  kiln_kernel_id kernel;
+  if (cpa)
+    kernel = KILN_K_GEMM_cpasync_i8_KK;
+  else
+    kernel = (kiln_kernel_id)((aligned ? KILN_K_GEMM_mma_i8_KK : KILN_K_GEMM_mma_i8_KK_scalar) + (a_k ? 0 : 2) +
+                              (b_k ? 0 : 1));
+  const unsigned gz = p.batch > 65535 ? 65535u : (unsigned)p.batch;
+  void *params[] = {&p};
+  return kiln_launch(ctx, kernel, (unsigned)tiles, 1, gz, KILN_GEMM_THREADS, (unsigned)(cpa ? cpa_smem : mma_smem),
+                     stream, params, op);
 }
