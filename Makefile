@@ -36,7 +36,8 @@ test-asan: deps
 # The host test programs under valgrind memcheck (definite leaks and invalid accesses fail).
 test-valgrind: build
 	@for t in $(BUILD)/tests/test_half $(BUILD)/tests/test_matmul_host $(BUILD)/tests/test_runtime_host \
-	          $(BUILD)/tests/test_attention_host $(BUILD)/tests/test_int8_host $(BUILD)/tests/test_qweight_host; do \
+	          $(BUILD)/tests/test_attention_host $(BUILD)/tests/test_int8_host $(BUILD)/tests/test_qweight_host \
+	          $(BUILD)/tests/test_int4_host $(BUILD)/tests/test_qkv_host; do \
 	  valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite $$t >$$t.valgrind.log 2>&1; \
 	  rc=$$?; echo "kiln: valgrind $$(basename $$t): exit $$rc"; \
 	  if [ $$rc -ne 0 ]; then tail -30 $$t.valgrind.log; exit 1; fi; \

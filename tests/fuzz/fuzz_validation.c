@@ -5,8 +5,9 @@
  * return a status, never crash, and never touch memory outside what the descriptors describe.
  * The first five descriptors and the matmul options come first in the input, so older corpus
  * entries keep their meaning; a later selector byte switches to the attention entry points,
- * which take all nine (q, k, v, o, lse, dout, dq, dk, dv), to the int8 ones, or to the INT4
- * weight importers, quantizer and dequantizer (whose native buffers live in a second arena).
+ * which take all nine (q, k, v, o, lse, dout, dq, dk, dv), to the int8 ones, to the INT4
+ * weight importers, quantizer and dequantizer (whose native buffers live in a second arena), or
+ * to kiln_matmul_int4 and the fused QKV projections (their weights in a third arena).
  *
  * Descriptors point into one arena. The size query (validation only) runs on anything; the ops
  * run only when every accepted tensor's extent, computed here independently of kiln, lies inside
@@ -168,6 +169,69 @@ static void fuzz_qweight(kiln_context *ctx, reader *r, const DLTensor *const t[9
   kiln_qweight_quantize(ctx, t[4], (flags >> 4) & 1, &qw, NULL);
 }
 
+/* A kiln_qweight of fuzzed k (x's K when flags say so), n and group, carved from warena at
+ * *used when its buffers fit (else pointers for validation only); perm, when present, a valid
+ * rotation or garbage, zeros sanitized to 0..16 or left as they are. */
+static _Alignas(256) unsigned char warena[1 << 18];
+static void make_w16_weight(reader *r, int64_t k_hint, size_t *used, kiln_qweight *qw) {
+  const uint8_t flags = (uint8_t)take(r, 1);
+  memset(qw, 0, sizeof *qw);
+  qw->device = (DLDevice){flags % 13 == 12 ? kDLCUDA : kDLCPU, 0};
+  qw->k = (flags & 1) ? k_hint : (int64_t)(take(r, 2) % 600) - 2;
+  qw->n = (int64_t)take(r, 1) - 2;
+  static const int64_t groups[] = {32, 64, 128, 0, 48, -1};
+  qw->group = groups[(flags >> 1) % 6] == 0 ? qw->k : groups[(flags >> 1) % 6];
+  size_t cb = 0, sb = 0, zb = 0, pb = 0;
+  const size_t need = kiln_qweight_bytes(qw->k, qw->n, qw->group, &cb, &sb, &zb, &pb) == KILN_OK
+                          ? ((cb + 255) & ~(size_t)255) + ((sb + 255) & ~(size_t)255) + ((zb + 255) & ~(size_t)255) + pb
+                          : 0;
+  if (!need || *used + need > sizeof warena) {
+    qw->codes = (uint32_t *)warena, qw->scales = (uint16_t *)warena, qw->zeros = warena; /* validation only */
+    return;
+  }
+  unsigned char *p = warena + *used;
+  qw->codes = (uint32_t *)p, p += (cb + 255) & ~(size_t)255;
+  qw->scales = (uint16_t *)p, p += (sb + 255) & ~(size_t)255;
+  qw->zeros = p, p += (zb + 255) & ~(size_t)255;
+  qw->perm = (flags >> 4) & 1 ? (int32_t *)p : NULL;
+  *used += need;
+  if ((flags >> 5) & 1)
+    for (size_t i = 0; i < zb; i++) qw->zeros[i] %= 17;
+  if (qw->perm && ((flags >> 6) & 1))
+    for (int64_t i = 0; i < qw->k; i++) qw->perm[i] = (int32_t)((i + flags) % qw->k);
+}
+
+/* kiln_matmul_int4 (x = t[0], y = t[2]) and kiln_qkv_project_int4 (x = t[0], q, k, v = t[1..3])
+ * with fuzzed weights; kiln_qkv_project_int8 on x = t[0], weights t[1..3], scales t[4..6],
+ * outputs t[7], t[8] and one more descriptor read here. */
+static void fuzz_w16(kiln_context *ctx, reader *r, const DLTensor *const t[9], int qkv) {
+  const uint8_t a = (uint8_t)take(r, 1);
+  const int algo = a % 7 == 6 ? 3 : a % 7 == 5 ? 1 : 0; /* mostly AUTO; DECODE is UNSUPPORTED here */
+  const int64_t k_hint = t[0] && t[0]->ndim == 2 && t[0]->shape ? t[0]->shape[1] : 0;
+  size_t used = 0;
+  kiln_qweight w[3];
+  for (int i = 0; i < (qkv ? 3 : 1); i++) make_w16_weight(r, k_hint, &used, &w[i]);
+  fuzz_tensor extra;
+  read_tensor(r, &extra);
+  for (int i = 0; i < 9; i++)
+    if (t[i] && !extent_fits(t[i])) return;
+  if (extra.present && !extent_fits(&extra.t)) return;
+  if (t[0] && numel(t[0]) > (1 << 12)) return; /* int4 work <= numel(x) · n · 3, n < 254 */
+  if (!qkv) {
+    kiln_matmul_int4_opts o = kiln_matmul_int4_opts_default();
+    o.algo = (kiln_int4_algo)algo;
+    kiln_matmul_int4(ctx, t[0], &w[0], t[2], (a >> 3) & 1 ? &o : NULL, NULL);
+    return;
+  }
+  kiln_qkv_opts o = kiln_qkv_opts_default();
+  o.algo = (kiln_qkv_algo)algo;
+  kiln_qkv_project_int4(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3], &o, NULL);
+  for (int i = 1; i <= 3; i++) /* int8 work <= numel(x) · numel(w) */
+    if (t[0] && t[i] && numel(t[0]) * (numel(t[i]) + 1) > (1 << 20)) return;
+  kiln_qkv_project_int8(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], extra.present ? &extra.t : NULL,
+                        &o, NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static kiln_context *ctx;
   if (!ctx && kiln_context_create(kDLCPU, 0, &ctx) != KILN_OK) abort();
@@ -177,7 +241,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kiln_matmul_opts o = kiln_matmul_opts_default();
   o.algo = (kiln_matmul_algo)(take(&r, 1) % 6 == 5 ? 42 : 0);
   o.alpha = (float)(int8_t)take(&r, 1) / 16.0f;
-  const int family = take(&r, 1) % 4; /* 0 matmul, 1 attention, 2 int8, 3 int4 weights */
+  /* 0 matmul, 1 attention, 2 int8, 3 int4 weights, 4 int4 matmul, 5 QKV projections (the seeds
+   * use 0..3, which % 6 keeps) */
+  const int family = take(&r, 1) % 6;
   for (int i = 5; i < 9; i++) read_tensor(&r, &f[i]);
   const DLTensor *t[9];
   for (int i = 0; i < 9; i++) t[i] = f[i].present ? &f[i].t : NULL;
@@ -191,6 +257,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (family == 3) {
     fuzz_qweight(ctx, &r, t);
+    return 0;
+  }
+  if (family >= 4) {
+    fuzz_w16(ctx, &r, t, family == 5);
     return 0;
   }
 

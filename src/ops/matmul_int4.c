@@ -1,0 +1,180 @@
+/*
+ * matmul_int4.c — kiln_matmul_int4 (W4A16): validate -> CPU path, or enter the context and hand
+ * the validated kiln_int4_args to src/ops/matmul_int4_gpu.c. Also the checks it shares with the
+ * fused QKV projections (src/ops/qkv_project.c), declared in ops.h.
+ *
+ * Validation follows src/ops/matmul_int8.c: every argument is checked before anything is
+ * written, and each message names the op, the argument, what was found, what was expected and
+ * how to fix it. A kiln_qweight is checked with kiln_qweight_bytes' rules (its message is kept,
+ * re-attributed to the op and argument).
+ *
+ * The weight's values (perm a permutation, zeros 0..16) are read only on a CPU context, where
+ * they are host memory; a GPU kernel cannot read them without synchronizing, so there they are
+ * the caller's contract (kiln.h).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "cpu/cpu.h"
+
+kiln_matmul_int4_opts kiln_matmul_int4_opts_default(void) {
+  kiln_matmul_int4_opts o;
+  memset(&o, 0, sizeof o);
+  o.algo = KILN_INT4_AUTO;
+  return o;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Shared checks (ops.h)                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+kiln_status kiln_check_w16_algo(const kiln_context *ctx, const char *op, int algo, const char *prefix) {
+  static const char *names[3] = {"AUTO", "DECODE", "PREFILL"};
+  if (algo < 0 || algo > 2)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: opts->algo is %d; expected %s_AUTO, %s_DECODE or %s_PREFILL",
+                     op, algo, prefix, prefix, prefix);
+  if (algo != 0 && ctx->device_type == kDLCPU)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: algo %s_%s needs a CUDA device but the context is the CPU's; use %s_AUTO for CPU tensors",
+                     op, prefix, names[algo], prefix);
+  return KILN_OK;
+}
+
+kiln_status kiln_check_w16_x(const kiln_context *ctx, const char *op, const DLTensor *x, kiln_matrix *m) {
+  kiln_status st = kiln_check_tensor(ctx, op, "x", x);
+  if (st) return st;
+  char dn[48];
+  if (!KILN_IS_F16(x->dtype) && !KILN_IS_BF16(x->dtype))
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: x has dtype %s; expected float16 or bfloat16 (16-bit activations); convert it first "
+                     "(.half(), .bfloat16() or kiln_cast)",
+                     op, kiln_dtype_name(x->dtype, dn));
+  return kiln_matrix_view(op, "x", x, false, m);
+}
+
+static const char *device_name(DLDeviceType t) {
+  switch (t) {
+  case kDLCPU: return "kDLCPU";
+  case kDLCUDA: return "kDLCUDA";
+  case kDLCUDAHost: return "kDLCUDAHost";
+  default: return "another device type";
+  }
+}
+
+kiln_status kiln_check_int4_weight(const kiln_context *ctx, const char *op, const char *arg, const kiln_qweight *w,
+                                   const DLTensor *x, int64_t k) {
+  if (!w)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: %s is NULL; pass a kiln_qweight (filled by kiln_qweight_import or kiln_qweight_quantize)",
+                     op, arg);
+  if (kiln_qweight_bytes(w->k, w->n, w->group, NULL, NULL, NULL, NULL) != KILN_OK) {
+    /* keep kiln_qweight_bytes' reason, minus its own name */
+    char why[768];
+    const char *msg = kiln_last_error(), *colon = strstr(msg, ": ");
+    snprintf(why, sizeof why, "%s", colon ? colon + 2 : msg);
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not a valid kiln_qweight: %s", op, arg, why);
+  }
+  if (!w->codes || !w->scales || !w->zeros)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: %s->%s is NULL; point codes, scales and zeros at the native buffers (sizes from "
+                     "kiln_qweight_bytes)",
+                     op, arg, !w->codes ? "codes" : !w->scales ? "scales" : "zeros");
+  const DLDevice d = w->device;
+  if (ctx->device_type == kDLCPU) {
+    if (d.device_type != kDLCPU && d.device_type != kDLCUDAHost)
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                       "%s: %s->device is %s:%d but the context is the CPU's; use a CUDA context for a weight in "
+                       "GPU memory (or set device to {kDLCPU, 0} for host buffers)",
+                       op, arg, device_name(d.device_type), (int)d.device_id);
+  } else if (d.device_type != kDLCUDA || d.device_id != ctx->ordinal) {
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: %s->device is %s:%d but the context is for kDLCUDA:%d; copy the weight's buffers to "
+                     "cuda:%d or use that device's context",
+                     op, arg, device_name(d.device_type), (int)d.device_id, ctx->ordinal, ctx->ordinal);
+  }
+  if (w->k != k) {
+    char sh[160];
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: %s->k = %" PRId64 " but x has K = %" PRId64 " (shape %s); the weight's rows must match "
+                     "x's columns",
+                     op, arg, w->k, k, kiln_shape_str(x, sh, sizeof sh));
+  }
+  return KILN_OK;
+}
+
+kiln_status kiln_check_int4_weight_disjoint(const char *op, const char *out, const kiln_matrix *y, const char *arg,
+                                            const kiln_qweight *w) {
+  size_t b[4];
+  kiln_qweight_bytes(w->k, w->n, w->group, &b[0], &b[1], &b[2], &b[3]); /* valid: checked before */
+  const void *p[4] = {w->codes, w->scales, w->zeros, w->perm};
+  static const char *nm[4] = {"codes", "scales", "zeros", "perm"};
+  for (int i = 0; i < 4; i++) {
+    char name[96];
+    snprintf(name, sizeof name, "%s->%s", arg, nm[i]);
+    kiln_status st = kiln_check_disjoint(op, out, y->data, y->span_bytes, name, p[i], p[i] ? (int64_t)b[i] : 0);
+    if (st) return st;
+  }
+  return KILN_OK;
+}
+
+kiln_status kiln_check_int4_weight_values(const char *op, const char *arg, const kiln_qweight *w) {
+  const int64_t K = w->k, N = w->n, NG = K / w->group;
+  for (int64_t i = 0; i < NG * N; i++)
+    if (w->zeros[i] > 16)
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                       "%s: %s->zeros[%" PRId64 ", %" PRId64 "] = %d; native zero points are 0..16 (as "
+                       "kiln_qweight_import and kiln_qweight_quantize write them)",
+                       op, arg, i / N, i % N, (int)w->zeros[i]);
+  if (!w->perm) return KILN_OK;
+  unsigned char *seen = calloc((size_t)K, 1);
+  if (!seen) return kiln_fail(KILN_ERROR_OUT_OF_MEMORY, "%s: out of host memory to check %s->perm", op, arg);
+  for (int64_t i = 0; i < K; i++) {
+    const int32_t p = w->perm[i];
+    if (p < 0 || p >= K || seen[p]) {
+      free(seen);
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                       "%s: %s->perm[%" PRId64 "] = %d %s; expected a permutation of 0..%" PRId64 " (K - 1), as "
+                       "kiln_qweight_import writes it (or perm NULL for no act-order)",
+                       op, arg, i, (int)p, p < 0 || p >= K ? "is out of range" : "repeats an earlier entry", K - 1);
+    }
+    seen[p] = 1;
+  }
+  free(seen);
+  return KILN_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* kiln_matmul_int4                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qweight *w, const DLTensor *y,
+                             const kiln_matmul_int4_opts *opts, CUstream stream) {
+  const char *op = "kiln_matmul_int4";
+  kiln_status st = kiln_check_context(ctx, op);
+  if (st) return st;
+  const kiln_matmul_int4_opts o = opts ? *opts : kiln_matmul_int4_opts_default();
+  if ((st = kiln_check_w16_algo(ctx, op, (int)o.algo, "KILN_INT4"))) return st;
+  kiln_matrix X, Y;
+  if ((st = kiln_check_w16_x(ctx, op, x, &X))) return st;
+  if ((st = kiln_check_int4_weight(ctx, op, "w", w, x, X.cols))) return st;
+  if ((st = kiln_check_float_matrix(ctx, op, "y", y, 1, X.rows, w->n, true, &Y))) return st;
+  if ((st = kiln_check_no_overlap(op, "y", &Y, "x", &X)) || (st = kiln_check_int4_weight_disjoint(op, "y", &Y, "w", w)))
+    return st;
+
+  const kiln_int4_args args = {
+      .x = X.data, .codes = w->codes, .scales = w->scales, .zeros = w->zeros, .perm = w->perm, .y = Y.data,
+      .x_rs = X.rs, .x_cs = X.cs, .y_rs = Y.rs, .y_cs = Y.cs,
+      .m = (int32_t)X.rows, .n = (int32_t)w->n, .k = (int32_t)w->k, .group = (int32_t)w->group,
+      .x_dtype = kiln_dt_code(X.dtype), .y_dtype = kiln_dt_code(Y.dtype), .algo = (int32_t)o.algo,
+  };
+  if (ctx->device_type == kDLCPU) {
+    if ((st = kiln_check_int4_weight_values(op, "w", w))) return st;
+    return kiln_cpu_matmul_int4(op, &args);
+  }
+  kiln_ctx_scope scope;
+  if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
+  st = kiln_matmul_int4_gpu(ctx, op, &args, stream);
+  kiln_ctx_leave(ctx, &scope);
+  return st;
+}

@@ -1,0 +1,37 @@
+/*
+ * matmul_int4_gpu.c — the GPU side of kiln_matmul_int4 and kiln_qkv_project_int4: one W4A16
+ * kernel family serves both, walking a list of up to three projections (kiln_qkv_args), so a
+ * single matmul is the list of one.
+ *
+ * Kernels (kernels/w4a16_sm80.cu): DECODE streams the weights once per 16 rows of x with
+ * mma.sync on dequantized nibbles (sm_80+). There is no PREFILL kernel yet: AUTO runs DECODE at
+ * every M (correct, but each 16 rows of x re-read the weights, from L2 when they fit), and an
+ * explicit PREFILL is refused with UNSUPPORTED.
+ */
+#include <inttypes.h>
+
+#include "ops.h"
+
+kiln_status kiln_w4a16_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *a, CUstream stream) {
+  if (a->algo == KILN_INT4_PREFILL)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: algo PREFILL has no GPU kernel yet; use AUTO or DECODE (which handle every M)", op);
+  int64_t groups = 0;
+  for (int i = 0; i < 3; i++) groups += (a->proj[i].n + 31) / 32;
+  const bool m16 = a->m > 8; /* rows per block: 8 (decode, x loads for 8 rows) or 16 */
+  const int64_t row_tiles = m16 ? ((int64_t)a->m + 15) / 16 : 1;
+  if (row_tiles > 65535 || groups > INT32_MAX)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: M = %d rows; the GPU kernel takes at most 65535 x 16 = 1048560 per call; split x", op, a->m);
+  kiln_qkv_args args = *a;
+  void *params[] = {&args};
+  const kiln_kernel_id kernel = a->x_dtype == KILN_DT_BF16 ? (m16 ? KILN_K_W4A16_DECODE_BF16_M16 : KILN_K_W4A16_DECODE_BF16_M8)
+                                                            : (m16 ? KILN_K_W4A16_DECODE_F16_M16 : KILN_K_W4A16_DECODE_F16_M8);
+  return kiln_launch(ctx, kernel, (unsigned)groups, (unsigned)row_tiles, 1, KILN_W4A16_THREADS, 0, stream, params, op);
+}
+
+kiln_status kiln_matmul_int4_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *a, CUstream stream) {
+  kiln_qkv_args q;
+  kiln_int4_as_qkv(a, &q);
+  return kiln_w4a16_gpu(ctx, op, &q, stream);
+}

@@ -1,0 +1,332 @@
+/*
+ * test_gpu_int4.c — kiln_matmul_int4 and kiln_qkv_project_int4 on the GPU against the float64
+ * reference of test_w16.h (weights built and dequantized by the test's own code): ragged M, N
+ * and K, every group size (32, 64, 128, per-column), symmetric and asymmetric zeros, act-order
+ * permutations, f16 and bf16 activations, every output dtype, row- and column-major x and y,
+ * a decode-size layer, and the fused QKV call (GQA widths) against three single calls, bit for
+ * bit. Outputs are NaN-poisoned; every element is checked, and nothing outside the view may be
+ * written. Exits 77 without a GPU.
+ *
+ * Bounds: the relative Frobenius error of SPEC §5 (f32 1e-4, f16 2e-3, bf16 6e-3) and, per
+ * element, one ulp of the output dtype plus the fp32 accumulation's worst case K·2⁻²⁴·Σ|terms|.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kiln.h"
+#include "test_util.h"
+#include "test_w16.h"
+
+static kiln_context *g_ctx;
+static CUstream g_stream;
+static const DLDataType U8 = {kDLUInt, 8, 1};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Device copies of host buffers, matrices and weights                                       */
+/* ---------------------------------------------------------------------------------------- */
+static DLManagedTensorVersioned *upload(const void *host, size_t bytes) {
+  DLManagedTensorVersioned *d;
+  const int64_t n = (int64_t)bytes;
+  assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &n, U8, &d));
+  test_tensor h = test_host_tensor((void *)host, U8, 1, &n);
+  assert_kiln_ok(kiln_tensor_copy(g_ctx, test_dl(&h), &d->dl_tensor, g_stream));
+  return d;
+}
+static void download(void *host, DLManagedTensorVersioned *d, size_t bytes) {
+  const int64_t n = (int64_t)bytes;
+  test_tensor h = test_host_tensor(host, U8, 1, &n);
+  assert_kiln_ok(kiln_tensor_copy(g_ctx, &d->dl_tensor, test_dl(&h), g_stream));
+  assert_kiln_ok(kiln_stream_synchronize(g_ctx, g_stream));
+}
+
+/* A tmat's buffer on the device, and the view over it. */
+typedef struct gmat {
+  DLManagedTensorVersioned *dev;
+  DLTensor t;
+} gmat;
+static void gmat_up(gmat *g, const tmat *m) {
+  g->dev = upload(m->buf, (size_t)m->total * m->elem);
+  g->t = m->t;
+  g->t.data = g->dev->dl_tensor.data;
+  g->t.device = (DLDevice){kDLCUDA, 0};
+}
+static void gmat_down(gmat *g, tmat *m) { download(m->buf, g->dev, (size_t)m->total * m->elem); }
+
+typedef struct gweight {
+  kiln_qweight q;
+  DLManagedTensorVersioned *buf[4];
+} gweight;
+static void gweight_up(gweight *g, const kiln_qweight *h) {
+  size_t cb, sb, zb, pb;
+  assert_kiln_ok(kiln_qweight_bytes(h->k, h->n, h->group, &cb, &sb, &zb, &pb));
+  memset(g, 0, sizeof *g);
+  g->q = *h;
+  g->q.device = (DLDevice){kDLCUDA, 0};
+  g->buf[0] = upload(h->codes, cb), g->q.codes = g->buf[0]->dl_tensor.data;
+  g->buf[1] = upload(h->scales, sb), g->q.scales = g->buf[1]->dl_tensor.data;
+  g->buf[2] = upload(h->zeros, zb), g->q.zeros = g->buf[2]->dl_tensor.data;
+  if (h->perm) g->buf[3] = upload(h->perm, pb), g->q.perm = g->buf[3]->dl_tensor.data;
+}
+static void gweight_free(gweight *g) {
+  for (int i = 0; i < 4; i++)
+    if (g->buf[i]) kiln_tensor_free(g->buf[i]);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The check                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+static int check(const tmat *y, const double *ref, const double *mag, int64_t K, const char *what) {
+  const int64_t M = y->rows, N = y->cols;
+  double *got = malloc(sizeof(double) * (size_t)(M * N));
+  char *in_view = calloc((size_t)y->total, 1);
+  assert_non_null(got), assert_non_null(in_view);
+  int64_t bad = 0, outside = 0;
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) {
+      in_view[tm_index(y, 0, m, n)] = 1;
+      const double g = tm_get(y, 0, m, n), e = ref[m * N + n];
+      got[m * N + n] = g;
+      const double acc = (double)K * 0x1p-24 * mag[m * N + n];
+      if (!(fabs(g - e) <= w16_ulp(y->dt, fabs(e) + acc) + acc)) {
+        if (!bad) print_message("%s: y[%" PRId64 ", %" PRId64 "] = %.9g, reference %.12g\n", what, m, n, g, e);
+        bad++;
+      }
+    }
+  for (int64_t i = 0; i < y->total; i++) {
+    if (in_view[i]) continue;
+    const bool poisoned = y->elem == 4 ? ((uint32_t *)y->buf)[i] == 0x7fc00000u
+                                       : ((uint16_t *)y->buf)[i] == (y->dt.code == kDLBfloat ? 0x7fc0 : 0x7e00);
+    outside += !poisoned;
+  }
+  const double err = test_rel_error(got, ref, M * N);
+  free(got), free(in_view);
+  if (bad || outside || !(err <= w16_tolerance(y->dt))) {
+    print_message("FAILED %s: %" PRId64 " elements off, %" PRId64 " written outside the view, relative error %.3g "
+                  "(limit %.g)\n",
+                  what, bad, outside, err, w16_tolerance(y->dt));
+    return 0;
+  }
+  return 1;
+}
+
+static const char *dt_name(DLDataType t) { return t.bits == 32 ? "f32" : t.code == kDLBfloat ? "bf16" : "f16"; }
+
+/* ---------------------------------------------------------------------------------------- */
+/* One kiln_matmul_int4 case                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+typedef struct icase {
+  int64_t M, K, N, G;
+  int sym, perm;
+  DLDataType x, y;
+  int x_layout, y_layout; /* ROW or COL */
+  int64_t x_pad;          /* extra elements per leading dimension of x */
+} icase;
+
+static int run_case(const icase *c) {
+  char what[200];
+  snprintf(what, sizeof what,
+           "M%" PRId64 " K%" PRId64 " N%" PRId64 " G%" PRId64 " %s%s x %s%s y %s%s", c->M, c->K, c->N, c->G,
+           c->sym ? "sym" : "asym", c->perm ? " act-order" : "", dt_name(c->x), c->x_layout == COL ? " (col-major)" : "",
+           dt_name(c->y), c->y_layout == COL ? " (col-major)" : "");
+  tq w;
+  tq_make(&w, c->K, c->N, c->G, c->sym, c->perm);
+  tmat x, y;
+  tm_init(&x, c->x, 2, 1, c->M, c->K, c->x_layout, c->x_pad, 0, 0);
+  tm_init(&y, c->y, 2, 1, c->M, c->N, c->y_layout, 3, 0, 0);
+  tm_fill(&x), tm_poison(&y);
+  gmat gx, gy;
+  gweight gw;
+  gmat_up(&gx, &x), gmat_up(&gy, &y), gweight_up(&gw, &w.q);
+  const kiln_status st = kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, NULL, g_stream);
+  int ok = st == KILN_OK;
+  if (!ok) {
+    print_message("FAILED %s: kiln_matmul_int4 -> %s: %s\n", what, kiln_status_string(st), kiln_last_error());
+  } else {
+    gmat_down(&gy, &y);
+    double *wd = tq_dequant(&w.q), *ref, *mag;
+    w16_reference(&x, wd, w.q.perm, c->N, NULL, &ref, &mag);
+    ok = check(&y, ref, mag, c->K, what);
+    free(ref), free(wd);
+  }
+  kiln_tensor_free(gx.dev), kiln_tensor_free(gy.dev), gweight_free(&gw);
+  tm_free(&x), tm_free(&y), tq_free(&w);
+  return ok;
+}
+
+static int run_cases(const icase *cs, int n) {
+  int failures = 0;
+  for (int i = 0; i < n; i++) failures += !run_case(&cs[i]);
+  return failures;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Tests                                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+/* Every group size, sym and asym, both activation dtypes, every output dtype, decode M. */
+static void groups_dtypes(void **state) {
+  (void)state;
+  static const int64_t groups[4] = {32, 64, 128, 256}; /* 256 = K: one group per column */
+  icase cs[4 * 2 * 2 * 3];
+  int n = 0;
+  for (int g = 0; g < 4; g++)
+    for (int sym = 0; sym < 2; sym++)
+      for (int xt = 0; xt < 2; xt++)
+        for (int yt = 0; yt < 3; yt++) {
+          const DLDataType xd = xt ? TEST_BF16 : TEST_F16, yd = yt == 0 ? TEST_F32 : yt == 1 ? TEST_F16 : TEST_BF16;
+          cs[n++] = (icase){1 + (g + yt) % 4 * 5, 256, 96, groups[g], sym, 0, xd, yd, ROW, ROW, 0};
+        }
+  const int failures = run_cases(cs, n);
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
+/* Ragged M (several 16-row tiles), N not a multiple of 4 or 32 (scalar weight loads, partial
+ * column groups), K ending in a partial chunk (G = K = 40, 8, 264), strided and column-major x
+ * (element gathers), column-major y, act-order permutations. */
+static void ragged_layouts_perm(void **state) {
+  (void)state;
+  const icase cs[] = {
+      {1, 64, 1, 32, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0},
+      {3, 40, 33, 40, 0, 0, TEST_F16, TEST_F16, ROW, ROW, 0},
+      {17, 8, 7, 8, 1, 0, TEST_BF16, TEST_F32, ROW, COL, 0},
+      {16, 264, 100, 264, 0, 1, TEST_F16, TEST_F32, ROW, ROW, 0},
+      {64, 128, 130, 64, 1, 1, TEST_BF16, TEST_BF16, ROW, ROW, 3},
+      {33, 192, 64, 32, 0, 0, TEST_F16, TEST_F16, COL, COL, 0},
+      {5, 256, 257, 128, 0, 1, TEST_BF16, TEST_F32, COL, ROW, 1},
+      {100, 128, 40, 128, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 8},
+  };
+  const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
+/* A decode-size layer (K = N = 4096, G = 128) at M = 1 and 16; smaller under the sanitizer. */
+static void decode_layer(void **state) {
+  (void)state;
+  const int64_t S = getenv("KILN_TEST_SANITIZER") ? 512 : 4096;
+  const icase cs[] = {
+      {1, S, S, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0},
+      {16, S, S, 128, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 0},
+      {7, S, S + 8, 64, 0, 1, TEST_F16, TEST_F32, ROW, ROW, 0},
+  };
+  const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
+/* The fused QKV call: GQA widths, each projection its own group size, symmetry and
+ * act-order; every output against the reference, and bit for bit against kiln_matmul_int4. */
+static void qkv_fused(void **state) {
+  (void)state;
+  static const int64_t Ms[3] = {1, 16, 37};
+  for (int mi = 0; mi < 3; mi++)
+    for (int xt = 0; xt < 2; xt++) {
+      const int64_t M = Ms[mi], K = 512, Ns[3] = {512, 128, 136}, Gs[3] = {128, 64, 512};
+      const DLDataType xd = xt ? TEST_BF16 : TEST_F16, yd = mi == 1 ? TEST_F32 : xd;
+      tq w[3];
+      gweight gw[3];
+      tmat x, y[3], single;
+      gmat gx, gy[3], gs;
+      tm_compact(&x, xd, 2, 1, M, K);
+      tm_fill(&x);
+      gmat_up(&gx, &x);
+      for (int i = 0; i < 3; i++) {
+        tq_make(&w[i], K, Ns[i], Gs[i], i != 1, i == 2);
+        gweight_up(&gw[i], &w[i].q);
+        tm_init(&y[i], yd, 2, 1, M, Ns[i], i == 1 ? COL : ROW, 2, 0, 0);
+        tm_poison(&y[i]);
+        gmat_up(&gy[i], &y[i]);
+      }
+      assert_kiln_ok(kiln_qkv_project_int4(g_ctx, &gx.t, &gw[0].q, &gw[1].q, &gw[2].q, &gy[0].t, &gy[1].t, &gy[2].t,
+                                           NULL, g_stream));
+      for (int i = 0; i < 3; i++) {
+        char what[120];
+        snprintf(what, sizeof what, "qkv M%" PRId64 " %s projection %d (N %" PRId64 ", G %" PRId64 ")", M,
+                 dt_name(xd), i, Ns[i], Gs[i]);
+        gmat_down(&gy[i], &y[i]);
+        double *wd = tq_dequant(&w[i].q), *ref, *mag;
+        w16_reference(&x, wd, w[i].q.perm, Ns[i], NULL, &ref, &mag);
+        if (!check(&y[i], ref, mag, K, what)) fail_msg("%s failed (above)", what);
+        free(ref), free(wd);
+        /* the single call gives the same bits */
+        tm_init(&single, yd, 2, 1, M, Ns[i], i == 1 ? COL : ROW, 2, 0, 0);
+        tm_poison(&single);
+        gmat_up(&gs, &single);
+        assert_kiln_ok(kiln_matmul_int4(g_ctx, &gx.t, &gw[i].q, &gs.t, NULL, g_stream));
+        gmat_down(&gs, &single);
+        assert_memory_equal(single.buf, y[i].buf, (size_t)single.total * single.elem);
+        kiln_tensor_free(gs.dev), tm_free(&single);
+      }
+      for (int i = 0; i < 3; i++) kiln_tensor_free(gy[i].dev), gweight_free(&gw[i]), tm_free(&y[i]), tq_free(&w[i]);
+      kiln_tensor_free(gx.dev), tm_free(&x);
+    }
+}
+
+/* The same call twice gives the same bits (no atomics: warps' partial sums add in order). */
+static void deterministic(void **state) {
+  (void)state;
+  tq w;
+  tq_make(&w, 2048, 256, 128, 0, 0);
+  tmat x, y;
+  tm_compact(&x, TEST_F16, 2, 1, 9, 2048);
+  tm_compact(&y, TEST_F32, 2, 1, 9, 256);
+  tm_fill(&x);
+  gmat gx, gy;
+  gweight gw;
+  gmat_up(&gx, &x), gmat_up(&gy, &y), gweight_up(&gw, &w.q);
+  const size_t bytes = (size_t)y.total * 4;
+  void *first = malloc(bytes);
+  assert_non_null(first);
+  for (int run = 0; run < 2; run++) {
+    assert_kiln_ok(kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, NULL, g_stream));
+    gmat_down(&gy, &y);
+    if (run == 0) memcpy(first, y.buf, bytes);
+  }
+  assert_memory_equal(first, y.buf, bytes);
+  free(first);
+  kiln_tensor_free(gx.dev), kiln_tensor_free(gy.dev), gweight_free(&gw);
+  tm_free(&x), tm_free(&y), tq_free(&w);
+}
+
+/* What no GPU kernel handles yet is refused with UNSUPPORTED and says why. */
+static void refusals(void **state) {
+  (void)state;
+  tq w;
+  tq_make(&w, 64, 32, 32, 1, 0);
+  tmat x, y;
+  tm_compact(&x, TEST_F16, 2, 1, 4, 64);
+  tm_compact(&y, TEST_F16, 2, 1, 4, 32);
+  gmat gx, gy;
+  gweight gw;
+  gmat_up(&gx, &x), gmat_up(&gy, &y), gweight_up(&gw, &w.q);
+  kiln_matmul_int4_opts opts = kiln_matmul_int4_opts_default();
+  opts.algo = KILN_INT4_PREFILL;
+  assert_kiln_fails(kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, &opts, g_stream), KILN_ERROR_UNSUPPORTED,
+                    "kiln_matmul_int4: algo PREFILL has no GPU kernel yet");
+  opts.algo = KILN_INT4_DECODE;
+  assert_kiln_ok(kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, &opts, g_stream));
+  kiln_tensor_free(gx.dev), kiln_tensor_free(gy.dev), gweight_free(&gw);
+  tm_free(&x), tm_free(&y), tq_free(&w);
+}
+
+int main(int argc, char **argv) {
+  test_apply_filter(argc, argv);
+  g_ctx = test_gpu_context_or_skip(); /* exits 77 (skipped) without a usable GPU */
+  if (kiln_stream_create(g_ctx, &g_stream) != KILN_OK) {
+    printf("FAIL: kiln_stream_create: %s\n", kiln_last_error());
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(groups_dtypes), cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
+      cmocka_unit_test(qkv_fused),     cmocka_unit_test(deterministic),       cmocka_unit_test(refusals),
+  };
+  int failed = cmocka_run_group_tests_name("gpu_int4", tests, NULL, NULL);
+  kiln_stream_destroy(g_ctx, g_stream);
+  kiln_context_destroy(g_ctx);
+  return failed;
+}
