@@ -32,23 +32,10 @@
  */
 #include <math.h>
 
-#include "gemm_sm80.cuh"
+#include "attention.cuh"
 
 namespace kiln {
 namespace attn {
-
-constexpr int THREADS = KILN_ATTN_THREADS;
-
-template <bool BF16>
-KILN_DEVICE uint32_t pack2(float lo, float hi) {
-  if (BF16) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-  }
-}
 
 template <bool BF16, int DP>
 __device__ __forceinline__ void forward(const kiln_attn_args &p) {
@@ -182,12 +169,7 @@ __device__ __forceinline__ void forward(const kiln_attn_args &p) {
     for (int t = 0; t < BC / 16; t++) {
       uint32_t a[MT][4];
 #pragma unroll
-      for (int i = 0; i < MT; i++) {
-        a[i][0] = pack2<BF16>(s[i][2 * t][0], s[i][2 * t][1]);
-        a[i][1] = pack2<BF16>(s[i][2 * t][2], s[i][2 * t][3]);
-        a[i][2] = pack2<BF16>(s[i][2 * t + 1][0], s[i][2 * t + 1][1]);
-        a[i][3] = pack2<BF16>(s[i][2 * t + 1][2], s[i][2 * t + 1][3]);
-      }
+      for (int i = 0; i < MT; i++) acc_to_a_frag<BF16>(a[i], s[i], t);
 #pragma unroll
       for (int j = 0; j < OT; j += 2) {
         uint32_t b0[2], b1[2];

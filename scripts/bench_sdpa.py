@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The peer of `kiln-bench attention`: PyTorch SDPA (flash backend) forward times on the same
-shapes, written as lines "S D causal dtype fwd_us" (median of CUDA-event timings after warm-up,
-random inputs). Run on the GPU machine before kiln-bench attention --peer FILE:
+"""The peer of `kiln-bench attention`: PyTorch SDPA (flash backend) forward and forward+backward
+times on the same shapes, written as lines "S D causal dtype fwd_us fwdbwd_us" (medians of
+CUDA-event timings after warm-up, random inputs; the backward gets a random dO). Run on the GPU machine before kiln-bench attention --peer FILE:
     python3 scripts/bench_sdpa.py [--quick] [--dtype f16|bf16|all] > sdpa.txt"""
 import argparse
 import statistics
@@ -25,15 +25,29 @@ for d in (64, 128):
             for s in lengths:
                 b, h = 16384 // s, 2048 // d
                 q, k, v = (torch.rand(b, h, s, d, device="cuda", dtype=dt) * 2 - 1 for _ in range(3))
+                q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+                dout = torch.rand(b, h, s, d, device="cuda", dtype=dt) * 2 - 1
+
+                def fwd():
+                    with torch.no_grad():
+                        F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+
+                def fwdbwd():
+                    o = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                    torch.autograd.grad(o, (q, k, v), dout)
+
+                med = []
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    for _ in range(10):
-                        F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
-                    times = []
-                    for _ in range(a.reps):
-                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        e0.record()
-                        F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
-                        e1.record()
-                        e1.synchronize()
-                        times.append(e0.elapsed_time(e1) * 1000.0)
-                print(f"{s} {d} {causal} {names[dt]} {statistics.median(times):.2f}", flush=True)
+                    for fn in (fwd, fwdbwd):
+                        for _ in range(10):
+                            fn()
+                        times = []
+                        for _ in range(a.reps):
+                            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                            e0.record()
+                            fn()
+                            e1.record()
+                            e1.synchronize()
+                            times.append(e0.elapsed_time(e1) * 1000.0)
+                        med.append(statistics.median(times))
+                print(f"{s} {d} {causal} {names[dt]} {med[0]:.2f} {med[1]:.2f}", flush=True)

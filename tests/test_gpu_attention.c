@@ -2,7 +2,8 @@
  * test_gpu_attention.c — kiln_attention on the GPU against a float64 reference computed here
  * from the same rounded inputs: head dims, ragged and unequal sequence lengths, causal and not,
  * GQA and MQA, f16 and bf16 with same-dtype and f32 outputs, LSE, strided [B, S, H, D] views,
- * fully masked rows, determinism, and the refusals of what no GPU kernel handles yet.
+ * fully masked rows, determinism, and the refusals of what no GPU kernel handles yet; then the
+ * backward against kiln's CPU backward on the same inputs (GPU forward's O and LSE).
  * Outputs are NaN-poisoned before every run; every element is compared. Exits 77 without a GPU.
  */
 #include <inttypes.h>
@@ -301,6 +302,246 @@ static void refusals(void **state) {
   t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&q32), t4_free(&k32), t4_free(&v32), t4_free(&o32);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Backward: the GPU against kiln's CPU backward (double sums, itself checked against a      */
+/* float64 oracle and finite differences by the host tests) on the same Q, K, V, O, LSE, dO  */
+/* ---------------------------------------------------------------------------------------- */
+typedef struct bcase {
+  acase a;             /* a.out: dtype of O */
+  DLDataType dout, dg; /* dtypes of dO and of dQ, dK, dV */
+  int which;           /* bits 1, 2, 4: dq, dk, dv */
+} bcase;
+
+static double bwd_tol(DLDataType in) { return in.code == kDLBfloat ? 2e-2 : 5e-3; }
+
+/* A host DLTensor over x's mirror (same shape and strides). */
+static DLTensor host_view(t4 *x) {
+  DLTensor t = x->t;
+  t.data = x->host;
+  t.device = (DLDevice){kDLCPU, 0};
+  return t;
+}
+
+/* Relative error of gradient g (GPU, in its mirror) against ref (CPU f32, g's shape and strides). */
+static double grad_error(const t4 *g, const float *ref) {
+  const int64_t n = g->shape[0] * g->shape[1] * g->shape[2] * g->shape[3];
+  double *x = malloc((size_t)n * sizeof(double)), *r = malloc((size_t)n * sizeof(double));
+  assert_true(x && r);
+  int64_t i = 0;
+  for (int64_t b = 0; b < g->shape[0]; b++)
+    for (int64_t h = 0; h < g->shape[1]; h++)
+      for (int64_t s = 0; s < g->shape[2]; s++)
+        for (int64_t d = 0; d < g->shape[3]; d++, i++) {
+          x[i] = t4_get(g, b, h, s, d);
+          r[i] = ref[t4_idx(g, b, h, s, d)];
+        }
+  const double err = test_rel_error(x, r, n);
+  free(x), free(r);
+  return err;
+}
+
+static int run_bwd_case(const bcase *bc) {
+  const acase *c = &bc->a;
+  char what[256];
+  snprintf(what, sizeof what,
+           "B%" PRId64 " Hq%" PRId64 " Hkv%" PRId64 " Sq%" PRId64 " Sk%" PRId64 " D%" PRId64 " %s dO %s grads %s%s%s%s",
+           c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->in.code == kDLBfloat ? "bf16" : "f16",
+           bc->dout.bits == 32 ? "f32" : bc->dout.code == kDLBfloat ? "bf16" : "f16",
+           bc->dg.bits == 32 ? "f32" : bc->dg.code == kDLBfloat ? "bf16" : "f16", c->causal ? " causal" : "",
+           c->bshd ? " [B,S,H,D] views" : "", bc->which == 7 ? "" : " (subset)");
+  t4 q, k, v, o, lse, dout, g[3];
+  t4_init(&q, c->B, c->Hq, c->Sq, c->D, c->in, c->bshd);
+  t4_init(&k, c->B, c->Hkv, c->Sk, c->D, c->in, c->bshd);
+  t4_init(&v, c->B, c->Hkv, c->Sk, c->D, c->in, c->bshd);
+  t4_init(&o, c->B, c->Hq, c->Sq, c->D, c->out, c->bshd);
+  t4_init(&lse, c->B, c->Hq, c->Sq, 1, TEST_F32, 0);
+  lse.t.ndim = 3;
+  t4_init(&dout, c->B, c->Hq, c->Sq, c->D, bc->dout, c->bshd);
+  t4_init(&g[0], c->B, c->Hq, c->Sq, c->D, bc->dg, c->bshd);
+  t4_init(&g[1], c->B, c->Hkv, c->Sk, c->D, bc->dg, c->bshd);
+  t4_init(&g[2], c->B, c->Hkv, c->Sk, c->D, bc->dg, c->bshd);
+  t4_random(&q), t4_random(&k), t4_random(&v), t4_random(&dout);
+  for (int i = 0; i < 3; i++) t4_copy(&g[i], 1); /* NaN poison */
+  kiln_attention_opts opts = kiln_attention_opts_default();
+  opts.causal = c->causal;
+  opts.scale = c->scale;
+  assert_kiln_ok(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &opts, g_stream));
+  t4_copy(&o, 0), t4_copy(&lse, 0);
+  const DLTensor *gd[3];
+  for (int i = 0; i < 3; i++) gd[i] = bc->which >> i & 1 ? &g[i].t : NULL;
+  size_t ws_bytes = 0;
+  int ok = 1;
+  kiln_status st = kiln_attention_backward_workspace_size(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &dout.t, gd[0],
+                                                          gd[1], gd[2], &opts, &ws_bytes);
+  DLManagedTensorVersioned *ws = NULL;
+  if (st == KILN_OK && ws_bytes) {
+    const int64_t n = (int64_t)ws_bytes;
+    assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &n, (DLDataType){kDLUInt, 8, 1}, &ws));
+  }
+  if (st == KILN_OK)
+    st = kiln_attention_backward(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &dout.t, gd[0], gd[1], gd[2],
+                                 ws ? ws->dl_tensor.data : NULL, ws_bytes, &opts, g_stream);
+  if (st != KILN_OK) {
+    print_message("FAILED %s: kiln_attention_backward -> %s: %s\n", what, kiln_status_string(st), kiln_last_error());
+    ok = 0;
+  } else {
+    /* the CPU backward on the same inputs, into f32 buffers of the gradients' layouts */
+    kiln_context *cpu;
+    assert_kiln_ok(kiln_context_create(kDLCPU, 0, &cpu));
+    DLTensor hq = host_view(&q), hk = host_view(&k), hv = host_view(&v), ho = host_view(&o), hl = host_view(&lse),
+             hd = host_view(&dout), hg[3];
+    float *ref[3];
+    for (int i = 0; i < 3; i++) {
+      ref[i] = calloc((size_t)g[i].n, sizeof(float));
+      assert_non_null(ref[i]);
+      hg[i] = host_view(&g[i]);
+      hg[i].data = ref[i];
+      hg[i].dtype = TEST_F32;
+    }
+    assert_kiln_ok(kiln_attention_backward(cpu, &hq, &hk, &hv, &ho, &hl, &hd, &hg[0], &hg[1], &hg[2], NULL, 0,
+                                           &opts, NULL));
+    kiln_context_destroy(cpu);
+    static const char *names[3] = {"dQ", "dK", "dV"};
+    for (int i = 0; i < 3; i++) {
+      if (!(bc->which >> i & 1)) continue;
+      t4_copy(&g[i], 0);
+      const double err = grad_error(&g[i], ref[i]);
+      if (!(err <= bwd_tol(c->in))) {
+        print_message("FAILED %s: %s relative error %.3g (limit %.g)\n", what, names[i], err, bwd_tol(c->in));
+        ok = 0;
+      }
+    }
+    for (int i = 0; i < 3; i++) free(ref[i]);
+  }
+  if (ws) kiln_tensor_free(ws);
+  t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&lse), t4_free(&dout);
+  for (int i = 0; i < 3; i++) t4_free(&g[i]);
+  return ok;
+}
+
+static int run_bwd_cases(const bcase *cs, int n) {
+  int failures = 0;
+  for (int i = 0; i < n; i++) failures += !run_bwd_case(&cs[i]);
+  return failures;
+}
+
+/* Every padded head dim and ones that pad, both dtypes, causal and not, gradients in the
+ * inputs' dtype and in f32. */
+static void backward_head_dims(void **state) {
+  (void)state;
+  test_seed(21);
+  static const int64_t dims[5] = {32, 64, 80, 128, 256};
+  bcase cs[5 * 2 * 2];
+  int n = 0;
+  for (int di = 0; di < 5; di++)
+    for (int t = 0; t < 2; t++)
+      for (int causal = 0; causal < 2; causal++) {
+        const DLDataType in = t ? TEST_BF16 : TEST_F16;
+        cs[n++] = (bcase){{1, 2, 2, 90 + 31 * di, 90 + 31 * di, dims[di], in, in, causal, 0, 0},
+                          in,
+                          (di + causal) % 2 ? TEST_F32 : in,
+                          7};
+      }
+  const int failures = run_bwd_cases(cs, n);
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
+/* Lengths 1, 17, 255 and Sq != Sk (bottom-right causal, fully masked rows when Sq > Sk), GQA and
+ * MQA (dK, dV summed over the group), [B, S, H, D] views, an f32 dO (converted in the
+ * workspace), a custom scale, subsets of the gradients, a long sequence. */
+static void backward_shapes(void **state) {
+  (void)state;
+  test_seed(22);
+  static const int64_t lens[3] = {1, 17, 255};
+  bcase cs[3 * 3 * 2 + 6];
+  int n = 0;
+  for (int a = 0; a < 3; a++)
+    for (int b = 0; b < 3; b++)
+      for (int causal = 0; causal < 2; causal++) {
+        const DLDataType in = (a + b) % 2 ? TEST_BF16 : TEST_F16;
+        cs[n++] = (bcase){{2, 4, (a + b) % 2 ? 1 : 2, lens[a], lens[b], 64, in, in, causal, 0, 0}, in, in, 7};
+      }
+  cs[n++] = (bcase){{2, 4, 2, 130, 200, 128, TEST_F16, TEST_F16, 1, 1, 0.3f}, TEST_F16, TEST_F16, 7};
+  cs[n++] = (bcase){{1, 4, 1, 150, 90, 64, TEST_BF16, TEST_F32, 1, 0, 0}, TEST_F32, TEST_F32, 7};
+  cs[n++] = (bcase){{1, 2, 2, 100, 100, 128, TEST_F16, TEST_F16, 0, 0, 0}, TEST_F16, TEST_F16, 1};
+  cs[n++] = (bcase){{1, 2, 1, 100, 100, 64, TEST_F16, TEST_F16, 1, 0, 0}, TEST_BF16, TEST_F16, 6};
+  cs[n++] = (bcase){{1, 2, 2, 120, 80, 256, TEST_BF16, TEST_BF16, 1, 1, 0}, TEST_BF16, TEST_F32, 4};
+  cs[n++] = (bcase){{1, 2, 1, 1000, 1000, 64, TEST_F16, TEST_F16, 1, 0, 0}, TEST_F16, TEST_F32, 7};
+  const int failures = run_bwd_cases(cs, n);
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
+/* The same backward twice gives the same bits (GQA: dK, dV sum 4 heads). */
+static void backward_deterministic(void **state) {
+  (void)state;
+  test_seed(23);
+  t4 q, k, v, o, lse, dout, dq, dk, dv;
+  t4_init(&q, 1, 8, 300, 64, TEST_BF16, 0);
+  t4_init(&k, 1, 2, 300, 64, TEST_BF16, 0);
+  t4_init(&v, 1, 2, 300, 64, TEST_BF16, 0);
+  t4_init(&o, 1, 8, 300, 64, TEST_BF16, 0);
+  t4_init(&lse, 1, 8, 300, 1, TEST_F32, 0);
+  lse.t.ndim = 3;
+  t4_init(&dout, 1, 8, 300, 64, TEST_BF16, 0);
+  t4_init(&dq, 1, 8, 300, 64, TEST_F32, 0);
+  t4_init(&dk, 1, 2, 300, 64, TEST_F32, 0);
+  t4_init(&dv, 1, 2, 300, 64, TEST_F32, 0);
+  t4_random(&q), t4_random(&k), t4_random(&v), t4_random(&dout);
+  kiln_attention_opts opts = kiln_attention_opts_default();
+  opts.deterministic = 1;
+  assert_kiln_ok(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &opts, g_stream));
+  size_t ws_bytes = 0;
+  assert_kiln_ok(kiln_attention_backward_workspace_size(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &dout.t, &dq.t, &dk.t,
+                                                        &dv.t, &opts, &ws_bytes));
+  DLManagedTensorVersioned *ws;
+  const int64_t wn = (int64_t)ws_bytes;
+  assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &wn, (DLDataType){kDLUInt, 8, 1}, &ws));
+  t4 *grads[3] = {&dq, &dk, &dv};
+  void *first[3];
+  for (int run = 0; run < 2; run++) {
+    assert_kiln_ok(kiln_attention_backward(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &dout.t, &dq.t, &dk.t, &dv.t,
+                                           ws->dl_tensor.data, ws_bytes, &opts, g_stream));
+    for (int i = 0; i < 3; i++) {
+      t4_copy(grads[i], 0);
+      const size_t bytes = (size_t)grads[i]->n * 4;
+      if (run == 0) {
+        first[i] = malloc(bytes);
+        assert_non_null(first[i]);
+        memcpy(first[i], grads[i]->host, bytes);
+      } else {
+        assert_memory_equal(first[i], grads[i]->host, bytes);
+        free(first[i]);
+      }
+    }
+  }
+  kiln_tensor_free(ws);
+  t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&lse), t4_free(&dout);
+  t4_free(&dq), t4_free(&dk), t4_free(&dv);
+}
+
+/* A workspace smaller than the size query's is refused before anything runs. */
+static void backward_workspace_refused(void **state) {
+  (void)state;
+  test_seed(24);
+  t4 q, k, v, o, lse, dout, dq;
+  t4_init(&q, 1, 1, 40, 64, TEST_F16, 0);
+  t4_init(&k, 1, 1, 40, 64, TEST_F16, 0);
+  t4_init(&v, 1, 1, 40, 64, TEST_F16, 0);
+  t4_init(&o, 1, 1, 40, 64, TEST_F16, 0);
+  t4_init(&lse, 1, 1, 40, 1, TEST_F32, 0);
+  lse.t.ndim = 3;
+  t4_init(&dout, 1, 1, 40, 64, TEST_F32, 0);
+  t4_init(&dq, 1, 1, 40, 64, TEST_F16, 0);
+  size_t ws_bytes = 0;
+  assert_kiln_ok(kiln_attention_backward_workspace_size(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &dout.t, &dq.t, NULL,
+                                                        NULL, NULL, &ws_bytes));
+  assert_true(ws_bytes >= 256 + 40 * 64 * 2); /* delta, then the f16 copy of the f32 dO */
+  assert_kiln_fails(kiln_attention_backward(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &dout.t, &dq.t, NULL, NULL, NULL,
+                                            0, NULL, g_stream),
+                    KILN_ERROR_WORKSPACE, "kiln_attention_backward: workspace is 0 bytes (NULL)");
+  t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&lse), t4_free(&dout), t4_free(&dq);
+}
+
 int main(int argc, char **argv) {
   test_apply_filter(argc, argv);
   g_ctx = test_gpu_context_or_skip(); /* exits 77 (skipped) without a usable GPU */
@@ -315,6 +556,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(fully_masked_rows),
       cmocka_unit_test(deterministic),
       cmocka_unit_test(refusals),
+      cmocka_unit_test(backward_head_dims),
+      cmocka_unit_test(backward_shapes),
+      cmocka_unit_test(backward_deterministic),
+      cmocka_unit_test(backward_workspace_refused),
   };
   int failed = cmocka_run_group_tests_name("gpu_attention", tests, NULL, NULL);
   kiln_stream_destroy(g_ctx, g_stream);

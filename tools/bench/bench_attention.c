@@ -1,12 +1,14 @@
 /*
- * bench_attention.c — `kiln-bench attention`: kiln_attention's forward against PyTorch SDPA.
+ * bench_attention.c — `kiln-bench attention`: kiln_attention's forward, and forward + backward,
+ * against PyTorch SDPA.
  *
  * The peer runs in Python (scripts/bench_sdpa.py, on the same GPU in the same session, before
  * this program) and leaves its times in a text file, one line per case:
- *   S D causal dtype fwd_us
+ *   S D causal dtype fwd_us [fwdbwd_us]
  * which --peer FILE reads; rows without a peer line show kiln alone. Shapes follow the
  * FlashAttention convention: batch·S = 16384 tokens, H·D = 2048, D in {64, 128}, S from 512 to
- * 16384; FLOPs 4·B·H·S²·D for the forward, half of it when causal.
+ * 16384; FLOPs 4·B·H·S²·D for the forward, half of it when causal; forward + backward 3.5x that
+ * (the backward counted as 2.5 forwards, the usual convention).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -16,11 +18,12 @@
 
 const char bench_attention_usage[] =
     "usage: kiln-bench attention [options]\n"
-    "  O = softmax(Q·Kᵀ/sqrt(D))·V, Q, K, V, O [B, H, S, D] compact, random inputs; forward only.\n"
+    "  O = softmax(Q·Kᵀ/sqrt(D))·V, Q, K, V, O [B, H, S, D] compact, random inputs: the forward, and\n"
+    "  forward (with LSE) + backward (FLOPs 3.5x the forward's).\n"
     "  Shapes: B·S = 16384, H·D = 2048, S in 512..16384 (--quick: 2048, 8192), D in 64, 128.\n"
     "  --dtype f16|bf16|all   input and output dtype (default f16)\n"
     "  --causal 0|1|all       (default all)\n"
-    "  --peer FILE            peer times from scripts/bench_sdpa.py (lines: S D causal dtype fwd_us)\n" BENCH_COMMON_USAGE;
+    "  --peer FILE            peer times from scripts/bench_sdpa.py (lines: S D causal dtype fwd_us fwdbwd_us)\n" BENCH_COMMON_USAGE;
 
 typedef struct attn_opts {
   bench_dtype dtypes[2];
@@ -33,7 +36,7 @@ typedef struct attn_opts {
 typedef struct peer_time {
   int s, d, causal;
   char dtype[8];
-  double us;
+  double us, bwd_us; /* forward, forward+backward (NaN when the file has no such column) */
 } peer_time;
 
 static int read_peer(const char *path, peer_time *out, int cap) {
@@ -41,16 +44,22 @@ static int read_peer(const char *path, peer_time *out, int cap) {
   if (!f) return 0;
   int n = 0;
   char line[256];
-  while (n < cap && fgets(line, sizeof line, f))
-    if (sscanf(line, "%d %d %d %7s %lf", &out[n].s, &out[n].d, &out[n].causal, out[n].dtype, &out[n].us) == 5) n++;
+  while (n < cap && fgets(line, sizeof line, f)) {
+    const int got = sscanf(line, "%d %d %d %7s %lf %lf", &out[n].s, &out[n].d, &out[n].causal, out[n].dtype,
+                           &out[n].us, &out[n].bwd_us);
+    if (got == 5) out[n].bwd_us = NAN;
+    if (got >= 5) n++;
+  }
   fclose(f);
   return n;
 }
 
 typedef struct attn_call {
   bench_env *env;
-  int64_t shape[4];
-  DLTensor q, k, v, o;
+  int64_t shape[4], lse_shape[3];
+  DLTensor q, k, v, o, lse, dout, dq, dk, dv;
+  void *ws;
+  size_t ws_bytes;
   kiln_attention_opts opts;
   kiln_status st;
 } attn_call;
@@ -62,50 +71,81 @@ static int attn_call_fn(void *user, int iter) {
   return c->st != KILN_OK;
 }
 
-static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtype dt, const peer_time *peers,
-                    int n_peers) {
-  const int64_t B = 16384 / S, H = 2048 / D, count = B * H * S * D;
-  const size_t bytes = (size_t)count * bench_dtype_size(dt);
-  CUdeviceptr q = 0, k = 0, v = 0, o = 0;
-  int rc = 0;
-  if (bench_alloc(env, bytes, &q) || bench_alloc(env, bytes, &k) || bench_alloc(env, bytes, &v) ||
-      bench_alloc(env, bytes, &o)) {
-    rc = -1;
-    goto done;
-  }
-  if ((rc = bench_fill_random(env, q, (size_t)count, dt, 11)) || (rc = bench_fill_random(env, k, (size_t)count, dt, 12)) ||
-      (rc = bench_fill_random(env, v, (size_t)count, dt, 13)))
-    goto done;
-  attn_call c = {.env = env, .shape = {B, H, S, D}};
-  DLDevice dev = {kDLCUDA, env->info.ordinal};
-  c.q = (DLTensor){(void *)(uintptr_t)q, dev, 4, bench_dtype_dl(dt), c.shape, NULL, 0};
-  c.k = c.q, c.v = c.q, c.o = c.q;
-  c.k.data = (void *)(uintptr_t)k, c.v.data = (void *)(uintptr_t)v, c.o.data = (void *)(uintptr_t)o;
-  c.opts = kiln_attention_opts_default();
-  c.opts.causal = causal;
+/* forward with LSE, then the backward: what a training step runs */
+static int attn_fwdbwd_fn(void *user, int iter) {
+  (void)iter;
+  attn_call *c = user;
+  c->st = kiln_attention(c->env->ctx, &c->q, &c->k, &c->v, &c->o, &c->lse, &c->opts, c->env->stream);
+  if (c->st == KILN_OK)
+    c->st = kiln_attention_backward(c->env->ctx, &c->q, &c->k, &c->v, &c->o, &c->lse, &c->dout, &c->dq, &c->dk,
+                                    &c->dv, c->ws, c->ws_bytes, &c->opts, c->env->stream);
+  return c->st != KILN_OK;
+}
 
-  char shape_s[48], algo_s[24];
-  snprintf(shape_s, sizeof shape_s, "B%lldH%lldS%lldD%lld", (long long)B, (long long)H, (long long)S, (long long)D);
-  snprintf(algo_s, sizeof algo_s, "flash%s", causal ? " causal" : "");
-  const double flops = 4.0 * (double)B * (double)H * (double)S * (double)S * (double)D / (causal ? 2.0 : 1.0);
-  bench_row row;
-  bench_row_init(&row, "attention", shape_s, bench_dtype_name(dt), algo_s, BENCH_TFLOPS, flops);
+static const peer_time *find_peer(const peer_time *peers, int n_peers, int64_t S, int64_t D, int causal,
+                                  bench_dtype dt) {
   for (int i = 0; i < n_peers; i++)
-    if (peers[i].s == S && peers[i].d == D && peers[i].causal == causal && !strcmp(peers[i].dtype, bench_dtype_name(dt))) {
-      snprintf(row.peer, sizeof row.peer, "torch sdpa flash");
-      row.peer_t.median_us = row.peer_t.min_us = row.peer_t.p90_us = peers[i].us;
-    }
-  if (bench_time(env, env->stream, attn_call_fn, &c, bench_default_reps(env), &row.kiln)) {
-    if (c.st == KILN_OK) {
-      rc = -1;
-      goto done;
-    }
+    if (peers[i].s == S && peers[i].d == D && peers[i].causal == causal && !strcmp(peers[i].dtype, bench_dtype_name(dt)))
+      return &peers[i];
+  return NULL;
+}
+
+/* One timed row: fn over c, peer time us (NaN: none). Returns -1 when the device failed. */
+static int time_row(bench_env *env, bench_fn fn, attn_call *c, const char *op, const char *shape, bench_dtype dt,
+                    const char *algo, double flops, double peer_us) {
+  bench_row row;
+  bench_row_init(&row, op, shape, bench_dtype_name(dt), algo, BENCH_TFLOPS, flops);
+  if (!isnan(peer_us)) {
+    snprintf(row.peer, sizeof row.peer, "torch sdpa flash");
+    row.peer_t.median_us = row.peer_t.min_us = row.peer_t.p90_us = peer_us;
+  }
+  if (bench_time(env, env->stream, fn, c, bench_default_reps(env), &row.kiln)) {
+    if (c->st == KILN_OK) return -1;
     snprintf(row.note, sizeof row.note, "error: %s", kiln_last_error());
     env->failures++;
   }
   bench_report(env, &row);
+  return 0;
+}
+
+static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtype dt, const peer_time *peers,
+                    int n_peers) {
+  const int64_t B = 16384 / S, H = 2048 / D, count = B * H * S * D;
+  const size_t bytes = (size_t)count * bench_dtype_size(dt);
+  CUdeviceptr buf[8] = {0}, lse = 0, ws = 0; /* q k v o dout dq dk dv */
+  int rc = 0;
+  for (int i = 0; i < 8 && !rc; i++) rc = bench_alloc(env, bytes, &buf[i]);
+  if (!rc) rc = bench_alloc(env, (size_t)(B * H * S) * 4, &lse);
+  for (int i = 0; i < 5 && !rc; i++) rc = i == 3 ? 0 : bench_fill_random(env, buf[i], (size_t)count, dt, 11 + (uint64_t)i);
+  if (rc) goto done;
+  attn_call c = {.env = env, .shape = {B, H, S, D}, .lse_shape = {B, H, S}};
+  DLDevice dev = {kDLCUDA, env->info.ordinal};
+  DLTensor *t[8] = {&c.q, &c.k, &c.v, &c.o, &c.dout, &c.dq, &c.dk, &c.dv};
+  for (int i = 0; i < 8; i++) *t[i] = (DLTensor){(void *)(uintptr_t)buf[i], dev, 4, bench_dtype_dl(dt), c.shape, NULL, 0};
+  c.lse = (DLTensor){(void *)(uintptr_t)lse, dev, 3, (DLDataType){kDLFloat, 32, 1}, c.lse_shape, NULL, 0};
+  c.opts = kiln_attention_opts_default();
+  c.opts.causal = causal;
+  if (kiln_attention_backward_workspace_size(env->ctx, &c.q, &c.k, &c.v, &c.o, &c.lse, &c.dout, &c.dq, &c.dk, &c.dv,
+                                             &c.opts, &c.ws_bytes) != KILN_OK) {
+    fprintf(stderr, "kiln-bench attention: %s\n", kiln_last_error());
+    rc = -1;
+    goto done;
+  }
+  if (c.ws_bytes && (rc = bench_alloc(env, c.ws_bytes, &ws))) goto done;
+  c.ws = (void *)(uintptr_t)ws;
+
+  char shape_s[48], algo_s[24];
+  snprintf(shape_s, sizeof shape_s, "B%lldH%lldS%lldD%lld", (long long)B, (long long)H, (long long)S, (long long)D);
+  snprintf(algo_s, sizeof algo_s, "flash%s", causal ? " causal" : "");
+  /* forward 4·B·H·S²·D, half when causal; backward 2.5x the forward */
+  const double flops = 4.0 * (double)B * (double)H * (double)S * (double)S * (double)D / (causal ? 2.0 : 1.0);
+  const peer_time *pt = find_peer(peers, n_peers, S, D, causal, dt);
+  if ((rc = time_row(env, attn_call_fn, &c, "attention", shape_s, dt, algo_s, flops, pt ? pt->us : NAN))) goto done;
+  rc = time_row(env, attn_fwdbwd_fn, &c, "attention fwd+bwd", shape_s, dt, algo_s, 3.5 * flops,
+                pt ? pt->bwd_us : NAN);
 done:
-  bench_free(env, q), bench_free(env, k), bench_free(env, v), bench_free(env, o);
+  for (int i = 0; i < 8; i++) bench_free(env, buf[i]);
+  bench_free(env, lse), bench_free(env, ws);
   return rc;
 }
 
