@@ -132,7 +132,7 @@ KILN_DEVICE uint4 load_codes(const Proj &p, int words_k, int r, int col, bool ve
   const uint32_t *src = p.codes + (int64_t)r * p.n + col;
   if (vec && col + 4 <= p.n) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(src));
     return v;
@@ -176,7 +176,7 @@ struct Slot {
 
 template <bool BF16, bool M16>
 __device__ __forceinline__ void decode(const kiln_qkv_args &a) {
-  constexpr int ROWS = M16 ? 16 : 8, U = M16 ? 3 : 4; /* slots: as many as 128 registers hold */
+  constexpr int ROWS = M16 ? 16 : 8, U = 3; /* slots: as many as 128 registers hold without spills */
   __shared__ float red[WARPS][32][16];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
   int blk = blockIdx.x;

@@ -16,6 +16,7 @@ Target (issue 9): eager overhead < 10 µs per call; the last line says how kiln'
 and its excess over PyTorch's, compare with it.
 """
 import argparse
+import importlib
 import os
 import statistics
 import sys
@@ -61,7 +62,7 @@ def main(argv=None):
     if not torch.cuda.is_available() or kiln.device_count() == 0 or not kiln.build_has_kernels():
         print(f"needs a CUDA GPU visible to PyTorch and a libkiln with kernels ({kiln.library_path})")
         return 2
-    import kiln.torch_ops  # noqa: F401  (torch.ops.kiln.*; needs torch >= 2.4)
+    importlib.import_module("kiln.torch_ops")  # torch.ops.kiln.*; needs torch >= 2.4 (a local import would shadow kiln)
 
     dev, h = "cuda", torch.float16
     torch.manual_seed(0)

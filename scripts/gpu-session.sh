@@ -72,7 +72,7 @@ for stage in $STAGES; do
       cuobjdump --dump-sass "$f" >"$OUT/sass-$(basename "$f" .fatbin).txt" 2>&1
     done
     for f in "$OUT"/sass-*.txt; do
-      note "$(basename "$f"): HMMA $(grep -c HMMA "$f"), HGMMA $(grep -c HGMMA "$f"), LDSM $(grep -c LDSM "$f"), LDGSTS $(grep -c LDGSTS "$f"), local LDL/STL $(grep -cE 'LDL|STL' "$f")"
+      note "$(basename "$f"): HMMA $(grep -c HMMA "$f"), HGMMA $(grep -c HGMMA "$f"), IMMA $(grep -c IMMA "$f"), LDSM $(grep -c LDSM "$f"), LDGSTS $(grep -c LDGSTS "$f"), local LDL/STL $(grep -cE 'LDL|STL' "$f")"
     done
     # The SASS dumps are large; keep them compressed so they come back under the size limit.
     gzip -f "$OUT"/sass-*.txt 2>/dev/null
