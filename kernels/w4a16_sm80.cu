@@ -191,11 +191,15 @@ __device__ __forceinline__ void decode(const kiln_qkv_args &a) {
   const bool vec_z = p.n % 4 == 0 && (uintptr_t)p.zeros % 4 == 0;
   const bool vec_s = p.n % 8 == 0 && (uintptr_t)p.scales % 16 == 0;
   const bool vec_x = !p.perm && a.x_cs == 1 && a.x_rs % 8 == 0 && (uintptr_t)a.x % 16 == 0;
+  /* group of chunk ch = ch >> gshift: G = 32, 64, 128 are 1, 2, 4 chunks; G = K (one group, any
+   * multiple of 8) shifts everything away. No integer division per chunk (ncu: v2 issued ~4x the
+   * instructions per byte that the MMA and dequantization need). */
+  const int gshift = p.group == 32 ? 0 : p.group == 64 ? 1 : p.group == 128 && p.group != a.k ? 2 : 31;
 
   Slot<M16> slot[U];
   auto issue = [&](Slot<M16> &sl, int ch) {
     if (ch >= c_end) return;
-    const int k0 = ch * CHUNK, grp = k0 / p.group;
+    const int k0 = ch * CHUNK, grp = ch >> gshift;
     sl.codes = load_codes(p, words_k, ch * 4 + c, base + 4 * g, vec_w);
     sl.xa = load_x8(a, p.perm, m0 + g, k0 + 8 * c, vec_x);
     if (M16) sl.xb = load_x8(a, p.perm, m0 + g + 8, k0 + 8 * c, vec_x);
@@ -238,7 +242,7 @@ __device__ __forceinline__ void decode(const kiln_qkv_args &a) {
         }
       }
       /* group ends here: part · scales (C columns base + 8c + 4e + t) into acc */
-      if (ch + 1 == c_end || (ch + 1) * CHUNK / p.group != ch * CHUNK / p.group) {
+      if (ch + 1 == c_end || (ch + 1) >> gshift != ch >> gshift) {
         const uint32_t sw[4] = {sl.s.x, sl.s.y, sl.s.z, sl.s.w};
 #pragma unroll
         for (int t = 0; t < 4; t++)
