@@ -436,9 +436,13 @@ KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, cons
  * symmetry and act-order permutation); each output is exactly kiln_matmul_int4 of x and its
  * weight (on the CPU the fused call and three kiln_matmul_int4 calls give the same bits).
  *
- * GPU: kiln_qkv_project_int4 runs the DECODE kernels of kiln_matmul_int4 over the three
- * weights in one launch (bit for bit the three single products); kiln_qkv_project_int8 has no
- * GPU kernel yet (UNSUPPORTED). */
+ * GPU (sm_80+): both run DECODE kernels that stream the three weights in one launch, once per
+ * 16 rows of x (8 when M <= 8), with tensor cores on exactly converted weights, fp32 sums,
+ * deterministic; kiln_qkv_project_int4 gives bit for bit the three kiln_matmul_int4 products.
+ * AUTO uses DECODE at every M for now (no PREFILL kernel yet: an explicit PREFILL is
+ * UNSUPPORTED). int8 weights are fastest column-major with 8-byte aligned columns (a Linear
+ * weight [N, K] as its transposed view) or row-major with 4-byte aligned rows; other layouts
+ * load element by element. */
 typedef enum kiln_qkv_algo {
   KILN_QKV_AUTO = 0,    /* the CPU path on a CPU context; on a GPU DECODE (PREFILL once it exists, for large M) */
   KILN_QKV_DECODE = 1,  /* GPU: bandwidth-bound over the three weights' bytes, small M (decode, M <= ~16) */

@@ -72,9 +72,13 @@
   X(KILN_K_ATTN_BWD_DELTA, "kiln_attn_bwd_delta", "attention_bwd_sm80") \
   KILN_ATTN_BWD_KERNELS_FOR(X, f16)                              \
   KILN_ATTN_BWD_KERNELS_FOR(X, bf16)                             \
-  X(KILN_K_W4A16_DECODE_F16_M8, "kiln_w4a16_decode_f16_m8", "w4a16_sm80") \
-  X(KILN_K_W4A16_DECODE_F16_M16, "kiln_w4a16_decode_f16_m16", "w4a16_sm80") \
-  X(KILN_K_W4A16_DECODE_BF16_M8, "kiln_w4a16_decode_bf16_m8", "w4a16_sm80") \
-  X(KILN_K_W4A16_DECODE_BF16_M16, "kiln_w4a16_decode_bf16_m16", "w4a16_sm80")
+  X(KILN_K_W4A16_DECODE_F16_M8, "kiln_w4a16_decode_f16_m8", "wa16_decode_sm80") \
+  X(KILN_K_W4A16_DECODE_F16_M16, "kiln_w4a16_decode_f16_m16", "wa16_decode_sm80") \
+  X(KILN_K_W4A16_DECODE_BF16_M8, "kiln_w4a16_decode_bf16_m8", "wa16_decode_sm80") \
+  X(KILN_K_W4A16_DECODE_BF16_M16, "kiln_w4a16_decode_bf16_m16", "wa16_decode_sm80") \
+  X(KILN_K_W8A16_DECODE_F16_M8, "kiln_w8a16_decode_f16_m8", "wa16_decode_sm80") \
+  X(KILN_K_W8A16_DECODE_F16_M16, "kiln_w8a16_decode_f16_m16", "wa16_decode_sm80") \
+  X(KILN_K_W8A16_DECODE_BF16_M8, "kiln_w8a16_decode_bf16_m8", "wa16_decode_sm80") \
+  X(KILN_K_W8A16_DECODE_BF16_M16, "kiln_w8a16_decode_bf16_m16", "wa16_decode_sm80")
 
 #endif /* KILN_KERNEL_LIST_H */

@@ -267,8 +267,8 @@ typedef struct kiln_qkv_args {
   int32_t algo;    /* kiln_qkv_algo of kiln.h: 0 AUTO, 1 DECODE, 2 PREFILL */
 } kiln_qkv_args;
 
-/* The W4A16 decode kernels (kernels/w4a16_sm80.cu): 16 warps per block, which owns 32 columns of
- * one projection and 16 rows of x. */
-#define KILN_W4A16_THREADS 512
+/* The W4A16 / W8A16 decode kernels (kernels/wa16_decode_sm80.cu): 16 warps per block, which owns
+ * 32 columns of one projection and 8 or 16 rows of x. */
+#define KILN_WA16_THREADS 512
 
 #endif /* KILN_ABI_H */

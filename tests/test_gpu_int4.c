@@ -1,10 +1,12 @@
 /*
- * test_gpu_int4.c — kiln_matmul_int4 and kiln_qkv_project_int4 on the GPU against the float64
+ * test_gpu_int4.c — the weight-only products on the GPU (kiln_matmul_int4, kiln_qkv_project_int4,
+ * and kiln_qkv_project_int8, which share one kernel family) against the float64
  * reference of test_w16.h (weights built and dequantized by the test's own code): ragged M, N
  * and K, every group size (32, 64, 128, per-column), symmetric and asymmetric zeros, act-order
  * permutations, f16 and bf16 activations, every output dtype, row- and column-major x and y,
  * a decode-size layer, and the fused QKV call (GQA widths) against three single calls, bit for
- * bit. Outputs are NaN-poisoned; every element is checked, and nothing outside the view may be
+ * bit; int8 weights row- and column-major (uint8 too) with padded leading dimensions, per-projection
+ * and per-column scales. Outputs are NaN-poisoned; every element is checked, and nothing outside the view may be
  * written. Exits 77 without a GPU.
  *
  * Bounds: the relative Frobenius error of SPEC §5 (f32 1e-4, f16 2e-3, bf16 6e-3) and, per
@@ -293,6 +295,82 @@ static void deterministic(void **state) {
   tm_free(&x), tm_free(&y), tq_free(&w);
 }
 
+/* kiln_qkv_project_int8 (W8A16): int8 and uint8 weights, row-major [K, N] and column-major (a
+ * Linear weight's transposed view) with padded leading dimensions, scales [1] or [N] strided,
+ * ragged M (both kernel variants, several 16-row tiles), K not a multiple of the 32-k chunk or
+ * of 4 (scalar loads), odd and unequal widths, every x and y dtype; each output against
+ * (Σ x·w)·scale in float64. Then a decode-size GQA shape, bit-identical reruns. */
+typedef struct i8case {
+  int64_t M, K, N[3];
+  int xd, yd, seed; /* W16_X_DT, W16_OUT_DT indices; seed picks layouts, padding, int8/uint8 */
+} i8case;
+
+static int run_int8_case(const i8case *c) {
+  const int64_t M = c->M, K = c->K;
+  tmat x, w[3], y[3];
+  tscale s[3];
+  gmat gx, gw[3], gy[3];
+  DLManagedTensorVersioned *gs[3];
+  DLTensor st[3];
+  tm_init(&x, W16_X_DT[c->xd], 2, 1, M, K, c->seed % 5 == 4 ? COL : ROW, c->seed % 3 ? 0 : 8, 0, 0);
+  tm_fill(&x);
+  gmat_up(&gx, &x);
+  for (int i = 0; i < 3; i++) {
+    const int v = c->seed + i;
+    /* padding 0 or 16 keeps 16-byte rows (vector loads); 3 forces the scalar path */
+    tm_init(&w[i], v % 2 ? T_U8 : T_I8, 2, 1, K, c->N[i], v % 3 == 1 ? ROW : COL, v % 4 == 3 ? 3 : v % 2 ? 16 : 0, 0, 0);
+    tm_fill_i8(&w[i]);
+    gmat_up(&gw[i], &w[i]);
+    ts_init(&s[i], v % 2 ? c->N[i] : 1, 1 + v % 3);
+    gs[i] = upload(s[i].buf, sizeof(float) * (size_t)((s[i].n - 1) * s[i].stride + 1));
+    st[i] = s[i].t;
+    st[i].data = gs[i]->dl_tensor.data, st[i].device = (DLDevice){kDLCUDA, 0};
+    tm_init(&y[i], W16_OUT_DT[c->yd], 2, 1, M, c->N[i], v % 4 == 2 ? COL : ROW, 2, 0, 0);
+    tm_poison(&y[i]);
+    gmat_up(&gy[i], &y[i]);
+  }
+  const kiln_status status = kiln_qkv_project_int8(g_ctx, &gx.t, &gw[0].t, &gw[1].t, &gw[2].t, &st[0], &st[1], &st[2],
+                                                   &gy[0].t, &gy[1].t, &gy[2].t, NULL, g_stream);
+  int ok = status == KILN_OK;
+  if (!ok) print_message("FAILED int8 M%" PRId64 " K%" PRId64 ": %s\n", M, K, kiln_last_error());
+  for (int i = 0; i < 3 && ok; i++) {
+    char what[160];
+    snprintf(what, sizeof what, "int8 M%" PRId64 " K%" PRId64 " N%" PRId64 " x %s y %s w %s%s%s, output %d", M, K,
+             c->N[i], dt_name(W16_X_DT[c->xd]), dt_name(W16_OUT_DT[c->yd]), w[i].dt.code == kDLUInt ? "u8" : "i8",
+             w[i].rs == 1 ? " col-major" : "", s[i].n > 1 ? " column scales" : "", i);
+    gmat_down(&gy[i], &y[i]);
+    double *wd = i8_values(&w[i]), *sc = ts_expand(&s[i], c->N[i]), *ref, *mag;
+    w16_reference(&x, wd, NULL, c->N[i], sc, &ref, &mag);
+    ok = check(&y[i], ref, mag, K, what);
+    free(ref), free(wd), free(sc);
+  }
+  for (int i = 0; i < 3; i++) {
+    kiln_tensor_free(gw[i].dev), kiln_tensor_free(gy[i].dev), kiln_tensor_free(gs[i]);
+    tm_free(&w[i]), tm_free(&y[i]), free(s[i].buf);
+  }
+  kiln_tensor_free(gx.dev), tm_free(&x);
+  return ok;
+}
+
+static void qkv_int8(void **state) {
+  (void)state;
+  static const int64_t Ms[6] = {1, 3, 8, 16, 17, 64}, Ks[4] = {1, 127, 256, 520};
+  i8case cs[6 * 2 * 3];
+  int n = 0;
+  for (int im = 0; im < 6; im++)
+    for (int xd = 0; xd < 2; xd++)
+      for (int yd = 0; yd < 3; yd++, n++)
+        cs[n] = (i8case){Ms[im], Ks[n % 4], {33 + 32 * (n % 3), 7 + 2 * (n % 3), 1 + 2 * (n % 5)}, xd, yd, n};
+  int failures = 0;
+  for (int i = 0; i < n; i++) failures += !run_int8_case(&cs[i]);
+  /* decode-size GQA (smaller under the sanitizer) */
+  const int64_t S = getenv("KILN_TEST_SANITIZER") ? 512 : 4096;
+  const i8case big[] = {{1, S, {S, S / 4, S / 4}, 0, 1, 0}, {16, S, {S, S / 4, S / 4}, 1, 2, 1},
+                        {5, S, {S, S / 4, S / 4}, 0, 0, 2}};
+  for (int i = 0; i < 3; i++) failures += !run_int8_case(&big[i]);
+  if (failures) fail_msg("%d of %d int8 cases failed (listed above)", failures, n + 3);
+}
+
 /* What no GPU kernel handles yet is refused with UNSUPPORTED and says why. */
 static void refusals(void **state) {
   (void)state;
@@ -323,7 +401,8 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(groups_dtypes), cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
-      cmocka_unit_test(qkv_fused),     cmocka_unit_test(deterministic),       cmocka_unit_test(refusals),
+      cmocka_unit_test(qkv_fused),     cmocka_unit_test(qkv_int8),            cmocka_unit_test(deterministic),
+      cmocka_unit_test(refusals),
   };
   int failed = cmocka_run_group_tests_name("gpu_int4", tests, NULL, NULL);
   kiln_stream_destroy(g_ctx, g_stream);

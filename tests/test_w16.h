@@ -160,4 +160,45 @@ static inline void w16_check_int4(const tmat *x, const kiln_qweight *w, const tm
 static const DLDataType W16_OUT_DT[3] = {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}};
 static const DLDataType W16_X_DT[2] = {{kDLFloat, 16, 1}, {kDLBfloat, 16, 1}};
 
+/* int8 weights (kiln_qkv_project_int8): int8 or uint8 bit patterns, f32 scales. */
+static const DLDataType T_I8 = {kDLInt, 8, 1}, T_U8 = {kDLUInt, 8, 1};
+
+/* An f32 scale vector [n] (or [1]) with a stride; gaps hold NaN (never read). */
+typedef struct tscale {
+  float *buf;
+  int64_t n, stride, shape[1], strides[1];
+  DLTensor t;
+} tscale;
+static inline void ts_init(tscale *s, int64_t n, int64_t stride) {
+  memset(s, 0, sizeof *s);
+  s->n = n, s->stride = stride;
+  const int64_t len = (n - 1) * stride + 1;
+  s->buf = malloc(sizeof(float) * (size_t)len);
+  assert_non_null(s->buf);
+  for (int64_t i = 0; i < len; i++) s->buf[i] = NAN;
+  for (int64_t i = 0; i < n; i++) s->buf[i * stride] = (0.002f + (float)(w16_rnd() % 1000) / 50000.0f) * (w16_rnd() % 2 ? 1 : -1);
+  s->shape[0] = n, s->strides[0] = stride;
+  s->t = (DLTensor){.data = s->buf, .device = {kDLCPU, 0}, .ndim = 1, .dtype = TEST_F32, .shape = s->shape,
+                    .strides = s->strides};
+}
+/* The scale of column j as a double array [N] for the reference. */
+static inline double *ts_expand(const tscale *s, int64_t N) {
+  double *d = malloc(sizeof(double) * (size_t)N);
+  assert_non_null(d);
+  for (int64_t j = 0; j < N; j++) d[j] = s->buf[s->n == 1 ? 0 : j * s->stride];
+  return d;
+}
+
+static inline void tm_fill_i8(tmat *m) {
+  for (int64_t i = 0; i < m->total; i++) ((uint8_t *)m->buf)[i] = (uint8_t)w16_rnd();
+}
+/* An int8 weight as doubles [K][N]. */
+static inline double *i8_values(const tmat *w) {
+  double *d = malloc(sizeof(double) * (size_t)(w->rows * w->cols));
+  assert_non_null(d);
+  for (int64_t k = 0; k < w->rows; k++)
+    for (int64_t n = 0; n < w->cols; n++) d[k * w->cols + n] = (int8_t)((uint8_t *)w->buf)[tm_index(w, 0, k, n)];
+  return d;
+}
+
 #endif /* KILN_TEST_W16_H */

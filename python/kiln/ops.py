@@ -457,7 +457,7 @@ def qkv_project_int8(x, wq, wk, wv, out_dtype=None, algo="auto", *, out=None, st
     """Fused W8A16 Q, K, V projections: returns ((x·wq.q)·wq.scales, ...). X [M, K] (or
     [..., M, K]) float16 or bfloat16; wq, wk, wv kiln.Int8Weights (int8 q [K, N*], float32
     scales [N*] or [1]) on X's device. Outputs [..., N*] in out_dtype (default X's dtype).
-    CPU only in this build (UNSUPPORTED on a GPU). Forward-only."""
+    On a GPU: one DECODE launch for the three (sm_80+). Forward-only."""
     op = "kiln.qkv_project_int8"
     ws = [_int8_weight(op, n, w) for n, w in (("wq", wq), ("wk", wk), ("wv", wv))]
     algo = qkv_algo(algo)

@@ -76,12 +76,10 @@ static inline void kiln_int4_as_qkv(const kiln_int4_args *a, kiln_qkv_args *q) {
   p->y = a->y, p->y_rs = a->y_rs, p->y_cs = a->y_cs, p->n = a->n;
 }
 
-/* The GPU sides (src/ops/matmul_int4_gpu.c, src/ops/qkv_project_gpu.c): args validated, the
- * context entered; UNSUPPORTED with a message for what no kernel handles. */
+/* The GPU sides (src/ops/wa16_gpu.c, one kernel family): args validated, the context entered;
+ * UNSUPPORTED with a message for what no kernel handles. proj[i].n == 0 skips a projection. */
 kiln_status kiln_matmul_int4_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *args, CUstream stream);
 kiln_status kiln_qkv_int8_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
 kiln_status kiln_qkv_int4_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
-/* The W4A16 launcher behind both (src/ops/matmul_int4_gpu.c): proj[i].n == 0 skips a projection. */
-kiln_status kiln_w4a16_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
 
 #endif /* KILN_OPS_H */

@@ -1,0 +1,51 @@
+/*
+ * wa16_gpu.c — the GPU side of kiln_matmul_int4, kiln_qkv_project_int4 and
+ * kiln_qkv_project_int8: one weight-only (W4A16 / W8A16) kernel family serves all three, walking
+ * a list of up to three projections (kiln_qkv_args), so a single matmul is the list of one.
+ *
+ * Kernels (kernels/wa16_decode_sm80.cu): DECODE streams the weights once per 8 or 16 rows of x
+ * with mma.sync on exactly dequantized weights (sm_80+). There is no PREFILL kernel yet: AUTO
+ * runs DECODE at every M (correct, but each 16 rows of x re-read the weights, from L2 when they
+ * fit), and an explicit PREFILL is refused with UNSUPPORTED.
+ */
+#include <inttypes.h>
+
+#include "ops.h"
+
+/* int8: the three weights are int8 [k, n] (w, scale); else kiln_qweights (codes, scales, ...). */
+static kiln_status wa16_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *a, bool int8,
+                            CUstream stream) {
+  if (a->algo == KILN_QKV_PREFILL)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: algo PREFILL has no GPU kernel yet; use AUTO or DECODE (which handle every M)", op);
+  int64_t blocks = 0; /* 32 columns each, projection after projection */
+  for (int i = 0; i < 3; i++) blocks += (a->proj[i].n + 31) / 32;
+  const bool m16 = a->m > 8; /* rows of x per block: 8 (decode) or 16 */
+  const int64_t row_tiles = m16 ? ((int64_t)a->m + 15) / 16 : 1;
+  if (row_tiles > 65535 || blocks > INT32_MAX)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: M = %d rows; the GPU kernel takes at most 65535 x 16 = 1048560 per call; split x", op, a->m);
+  static const kiln_kernel_id kernels[2][2][2] = { /* [int8][bf16][m16] */
+      {{KILN_K_W4A16_DECODE_F16_M8, KILN_K_W4A16_DECODE_F16_M16},
+       {KILN_K_W4A16_DECODE_BF16_M8, KILN_K_W4A16_DECODE_BF16_M16}},
+      {{KILN_K_W8A16_DECODE_F16_M8, KILN_K_W8A16_DECODE_F16_M16},
+       {KILN_K_W8A16_DECODE_BF16_M8, KILN_K_W8A16_DECODE_BF16_M16}}};
+  kiln_qkv_args args = *a;
+  void *params[] = {&args};
+  const kiln_kernel_id kernel = kernels[int8][a->x_dtype == KILN_DT_BF16][m16];
+  return kiln_launch(ctx, kernel, (unsigned)blocks, (unsigned)row_tiles, 1, KILN_WA16_THREADS, 0, stream, params, op);
+}
+
+kiln_status kiln_matmul_int4_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *a, CUstream stream) {
+  kiln_qkv_args q;
+  kiln_int4_as_qkv(a, &q);
+  return wa16_gpu(ctx, op, &q, false, stream);
+}
+
+kiln_status kiln_qkv_int4_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream) {
+  return wa16_gpu(ctx, op, args, false, stream);
+}
+
+kiln_status kiln_qkv_int8_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream) {
+  return wa16_gpu(ctx, op, args, true, stream);
+}
