@@ -1,6 +1,6 @@
 /*
  * kiln-bench.c — the benchmark program: dispatches to one subcommand per op family.
- * To add one (quant, qkv, attention): write tools/bench/bench_<name>.c with
+ * To add one: write tools/bench/bench_<name>.c with
  * bench_<name>_main and bench_<name>_usage, declare them in bench.h, add a line to `commands`.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -77,6 +77,8 @@ static const command commands[] = {
      bench_int4_main, bench_int4_usage},
     {"int8", "kiln_matmul_int8 (W8A8) against cuBLAS's int8 GEMM (int32 sums), x @ W.T", bench_int8_main,
      bench_int8_usage},
+    {"qkv", "fused QKV projections (int4, int8) against cuBLAS f16 on the merged weight and 3 kiln calls",
+     bench_qkv_main, bench_qkv_usage},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -27,6 +27,8 @@ int bench_int4_main(int argc, char **argv);
 extern const char bench_int4_usage[];
 int bench_int8_main(int argc, char **argv);
 extern const char bench_int8_usage[];
+int bench_qkv_main(int argc, char **argv);
+extern const char bench_qkv_usage[];
 
 /* ------------------------------------------------------------------------------------------ */
 /* Options every subcommand accepts                                                            */
