@@ -1,7 +1,7 @@
 # kiln — the two commands of the quick start, and a few more.
 #   make run    build, then run the demo (GPU if there is one, else CPU, and it says which)
 #   make test   build, then run every test (GPU tests are skipped, visibly, without a GPU)
-#   make bench  build, then run the benchmarks against cuBLAS (needs a GPU)
+#   make bench  build, then every benchmark against its peer, a summary and docs (needs a GPU)
 # Missing Debian packages are installed first when run as root.
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build run test test-asan test-valgrind fuzz bench clean
+.PHONY: all deps build run test test-asan test-valgrind fuzz bench bench-run clean
 
 all: build
 
@@ -58,9 +58,25 @@ fuzz: deps
 	  if [ $$rc -ne 0 ]; then echo "kiln: $$name FAILED (see $(BUILD)-fuzz/$$name.log)"; exit 1; fi; \
 	done
 
+# Every benchmark against its peer (cuBLAS; PyTorch SDPA when python3 has torch): one summary table,
+# $(BUILD)/bench/bench.json (logs and per-command JSON beside it), docs/perf.png (with matplotlib)
+# and the generated section of docs/performance.md. KILN_BENCH_QUICK=1: fewer shapes, ~8 minutes
+# on an H200. Without a GPU it stops after the first command and says so. bench-run: the same on
+# an existing build (a build directory carried to the GPU machine).
+BENCH_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+
 bench: build
-	./$(BUILD)/tools/kiln-bench copy
-	./$(BUILD)/tools/kiln-bench matmul --json $(BUILD)/bench-matmul.json
+	@$(MAKE) --no-print-directory bench-run
+
+# bench_all.sh exits 1 when some commands failed (the report still shows the others' rows), 2 or
+# 3 when nothing ran (bad build, no GPU).
+bench-run:
+	@rc=0; bash scripts/bench_all.sh $(BUILD) $(BUILD)/bench || rc=$$?; \
+	if [ $$rc -ge 2 ]; then exit $$rc; fi; \
+	python3 scripts/bench_report.py $(BUILD)/bench --docs docs/performance.md --chart docs/perf.png \
+	  --commit $(BENCH_COMMIT) || exit 1; \
+	if [ $$rc -ne 0 ]; then echo "kiln: make bench: some benchmarks failed (see above)"; fi; \
+	exit $$rc
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan
