@@ -7,6 +7,11 @@
 # writing every log into $OUT/logs.tgz (the device tool returns at most 8 files) plus summary.txt
 # and the benchmark JSON beside it. Usage:
 #   scripts/gpu-session.sh [BUILD_DIR] [stages...]   stages: info tests sanitize demo bench sass (default all)
+# and, not in the default, two longer ones:
+#   sanitize-all  every test_gpu_* program under compute-sanitizer racecheck, initcheck and synccheck
+#                 (SANITIZE_TOOLS="racecheck ..." picks tools, SANITIZE_TESTS="test_gpu_soak ..." programs,
+#                 to fit a run into the device's per-command limit; KILN_SANITIZER_ARGS adds options)
+#   soak          test_gpu_soak for KILN_SOAK_SECONDS (default 120) seconds per concurrency test
 set -u
 BUILD=${1:-build}
 shift || true
@@ -25,7 +30,7 @@ run_test() { # name, log, command...
   local t0=$(date +%s.%N)
   "$@" >"$log" 2>&1
   local rc=$?
-  note "$(printf '%-40s rc=%-3d %6.1fs  %s' "$name" $rc "$(awk "BEGIN{print $(date +%s.%N) - $t0}")" "$(grep -E 'PASSED|FAILED|ERROR SUMMARY|SKIP' "$log" | tr '\n' ' ' | cut -c1-160)")"
+  note "$(printf '%-40s rc=%-3d %6.1fs  %s' "$name" $rc "$(awk "BEGIN{print $(date +%s.%N) - $t0}")" "$(grep -E 'PASSED|FAILED|ERROR SUMMARY|RACECHECK SUMMARY|SKIP' "$log" | tr '\n' ' ' | cut -c1-160)")"
 }
 
 # Pack after every stage, so a run cut short by the time limit still returns what it did.
@@ -55,6 +60,28 @@ for stage in $STAGES; do
       KILN_TEST_SANITIZER=1 run_test "memcheck $(basename "$t")" "$OUT/memcheck-$(basename "$t").log" \
         compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 "$t"
     done
+    ;;
+  sanitize-all)
+    # The other three tools, at the tests' sanitizer sizes (KILN_TEST_SANITIZER): racecheck
+    # (shared-memory hazards), initcheck (reads of uninitialized global memory), synccheck
+    # (barrier misuse). Packed after every program: a run cut short still returns its logs.
+    for tool in ${SANITIZE_TOOLS:-racecheck initcheck synccheck}; do
+      for t in "$T"/test_gpu_*; do
+        [ -x "$t" ] || continue
+        if [ -n "${SANITIZE_TESTS:-}" ]; then
+          case " $SANITIZE_TESTS " in *" $(basename "$t") "*) ;; *) continue ;; esac
+        fi
+        # shellcheck disable=SC2086 # KILN_SANITIZER_ARGS is a list of options
+        KILN_TEST_SANITIZER=1 run_test "$tool $(basename "$t")" "$OUT/$tool-$(basename "$t").log" \
+          compute-sanitizer --tool "$tool" --error-exitcode 9 ${KILN_SANITIZER_ARGS:-} "$t"
+        pack
+      done
+    done
+    ;;
+  soak)
+    secs=${KILN_SOAK_SECONDS:-120}
+    KILN_SOAK_SECONDS=$secs run_test "soak ${secs}s test_gpu_soak" "$OUT/soak-test_gpu_soak.log" "$T/test_gpu_soak"
+    grep -E '^\s+[0-9]+ threads|device free memory|after cycle' "$OUT/soak-test_gpu_soak.log" >>"$summary"
     ;;
   demo)
     run_test kiln-demo "$OUT/demo.log" "$BUILD/tools/kiln-demo"
