@@ -34,9 +34,13 @@
  * the MMA's fp32, so y = Σ_groups scale · Σ_k x·(q − z) (int4: the group's scale multiplies the
  * fp32 partial once per group) or y = scale · Σ_k x·w (int8, in the epilogue).
  *
- * Work split. A block (16 warps) owns 32 columns of one projection and 8 or 16 rows of x; its
- * warps split K into equal runs of chunks and sum their share in a fixed order, and the block adds
- * the 16 partial tiles in shared memory in warp order (deterministic; no atomics, no workspace).
+ * Work split. A block owns 32 columns of one projection and 8 or 16 rows of x; its warps (1 to 16,
+ * blockDim.x / 32, chosen by the host) split K into equal runs of chunks and sum their share in a
+ * fixed order, and the block adds the partial tiles in shared memory in warp order
+ * (deterministic; no atomics, no workspace). The host gives a block as many warps as fill the GPU
+ * with ~16 warps per SM: a narrow weight (few blocks) splits K 16 ways, a wide one needs fewer
+ * warps per block, so each warp streams a longer run of K with fewer pipeline ramps and drains
+ * (v4 used 16 warps always: at K = 4096 a warp's run was 8 chunks, half of them in ramp or drain).
  * Latency. Everything a chunk needs is loaded into a ring of U register slots U chunks before
  * its use, and a slot is refilled as soon as it is consumed, so a warp always has U chunks in
  * flight: ~32 KB per SM at U = 4, which Little's law asks for at ~4 TB/s and ~1 µs of loaded
@@ -47,7 +51,7 @@
 namespace kiln {
 namespace wa16 {
 
-constexpr int THREADS = KILN_WA16_THREADS, WARPS = THREADS / 32, COLS = 32;
+constexpr int THREADS = KILN_WA16_THREADS, WARPS = THREADS / 32, COLS = 32; /* WARPS: the most per block */
 
 /* ---- lane arithmetic ------------------------------------------------------------------------ */
 
@@ -132,14 +136,17 @@ KILN_DEVICE const kiln_qkv_proj &find_proj(const kiln_qkv_args &a, int &blk) {
 /* ---- x ---------------------------------------------------------------------------------------- */
 
 /* V consecutive x values x[row, k .. k+V-1] (through the act-order permutation when perm) as V/2
- * words of 16-bit pairs, zeros beyond M or K. vec: x rows are contiguous, 16-byte aligned. */
-template <int V>
+ * words of 16-bit pairs, zeros beyond M or K. vec: x rows are contiguous, 16-byte aligned.
+ * FAST (x contiguous and aligned, no perm, K a multiple of the chunk): rows beyond M read row
+ * M - 1 instead of zeros: they only feed MMA columns (rows of y) that are never stored. */
+template <int V, bool FAST>
 KILN_DEVICE void load_x(uint32_t (&w)[V / 2], const kiln_qkv_args &a, const int32_t *perm, int row, int k, bool vec) {
+  if (FAST) row = min(row, a.m - 1);
 #pragma unroll
   for (int i = 0; i < V / 2; i++) w[i] = 0u;
-  if (row >= a.m) return;
+  if (!FAST && row >= a.m) return;
   const uint16_t *x = (const uint16_t *)a.x + (int64_t)row * a.x_rs;
-  if (vec && k + V <= a.k) {
+  if (FAST || (vec && k + V <= a.k)) {
     if (V == 4) {
       const uint2 v = __ldg(reinterpret_cast<const uint2 *>(x + k));
       w[0] = v.x, w[1] = v.y;
@@ -200,16 +207,22 @@ struct W4 {
      * any multiple of 8) shifts everything away */
     gshift = p.group == 32 ? 0 : p.group == 64 ? 1 : p.group == 128 && p.group != k ? 2 : 31;
   }
+  /* every lane of the block on the vector path, K a whole number of chunks */
+  static KILN_DEVICE bool fast_layout(const kiln_qkv_proj &p, int k, int base) {
+    return p.n % 4 == 0 && base + COLS <= p.n && k % KC == 0 && (uintptr_t)p.codes % 16 == 0 &&
+           (uintptr_t)p.zeros % 4 == 0 && (uintptr_t)p.scales % 8 == 0;
+  }
   KILN_DEVICE bool group_start(int ch, int c_begin) const { return ch == c_begin || ((unsigned)ch & ((1u << gshift) - 1u)) == 0; }
   KILN_DEVICE bool group_end(int ch, int c_end) const { return ch + 1 == c_end || ((ch + 1) >> gshift) != (ch >> gshift); }
   static KILN_DEVICE int xk(int ch, int c, int) { return ch * KC + 8 * c; }
 
+  template <bool FAST>
   KILN_DEVICE void load(Codes &cd, int ch, int c, bool first) const {
     const int r = ch * 4 + c;
     const uint32_t *src = codes + ch * row4;
-    if (r >= words_k) {
+    if (!FAST && r >= words_k) {
       cd.w = make_uint4(0u, 0u, 0u, 0u);
-    } else if (vec_w) {
+    } else if (FAST || vec_w) {
       asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
           : "=r"(cd.w.x), "=r"(cd.w.y), "=r"(cd.w.z), "=r"(cd.w.w)
           : "l"(src));
@@ -221,7 +234,7 @@ struct W4 {
     }
     if (!first) return;
     const int64_t at = (int64_t)(ch >> gshift) * n + col;
-    if (vec_z) {
+    if (FAST || vec_z) {
       cd.z = __ldg(reinterpret_cast<const uint32_t *>(zeros + at));
     } else {
       cd.z = 0;
@@ -229,7 +242,7 @@ struct W4 {
       for (int t = 0; t < 4; t++)
         if (col + t < n) cd.z |= (uint32_t)__ldg(zeros + at + t) << (8 * t);
     }
-    if (vec_s) {
+    if (FAST || vec_s) {
       cd.s = __ldg(reinterpret_cast<const uint2 *>(scales + at));
     } else {
       uint32_t s[2] = {0u, 0u};
@@ -284,7 +297,11 @@ struct W8R {
     w = p.w + (int64_t)col * cs;
     vec = cs == 1 && rs % 4 == 0 && (uintptr_t)p.w % 4 == 0 && col + 4 <= n;
   }
+  static KILN_DEVICE bool fast_layout(const kiln_qkv_proj &p, int k, int base) {
+    return p.w_cs == 1 && p.w_rs % 4 == 0 && (uintptr_t)p.w % 4 == 0 && base + COLS <= p.n && k % KC == 0;
+  }
   static KILN_DEVICE int xk(int ch, int c, int j) { return ch * KC + 16 * j + 4 * c; }
+  template <bool FAST>
   KILN_DEVICE void load(Codes &cd, int ch, int, bool) const {
 #pragma unroll
     for (int s = 0; s < STEPS; s++)
@@ -292,9 +309,9 @@ struct W8R {
       for (int r = 0; r < 4; r++) {
         const int kr = ch * KC + 16 * s + c4 + r;
         uint32_t v = 0u;
-        if (kr < k) {
+        if (FAST || kr < k) {
           const int8_t *src = w + kr * rs;
-          if (vec) {
+          if (FAST || vec) {
             v = __ldg(reinterpret_cast<const uint32_t *>(src));
           } else {
 #pragma unroll
@@ -343,15 +360,19 @@ struct W8C {
     w = p.w + (int64_t)col * cs;
     vec = p.w_rs == 1 && cs % 8 == 0 && (uintptr_t)p.w % 8 == 0;
   }
+  static KILN_DEVICE bool fast_layout(const kiln_qkv_proj &p, int k, int base) {
+    return p.w_rs == 1 && p.w_cs % 8 == 0 && (uintptr_t)p.w % 8 == 0 && base + COLS <= p.n && k % KC == 0;
+  }
   static KILN_DEVICE int xk(int ch, int c, int) { return ch * KC + 8 * c; }
+  template <bool FAST>
   KILN_DEVICE void load(Codes &cd, int ch, int, bool) const {
     const int k0 = ch * KC + c8;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       uint32_t v[2] = {0u, 0u};
-      if (col + i < n) {
+      if (FAST || col + i < n) {
         const int8_t *src = w + i * cs + k0;
-        if (vec && k0 + 8 <= k) {
+        if (FAST || (vec && k0 + 8 <= k)) {
           const uint2 u = __ldg(reinterpret_cast<const uint2 *>(src));
           v[0] = u.x, v[1] = u.y;
         } else {
@@ -384,40 +405,41 @@ struct Slot {
 };
 
 /* Slots in the ring: as many as 128 registers hold without spills (ptxas -v; the int8 kernel
- * holds both int8 policies). Bytes in flight per warp: int4 U·512, int8 U·1024. */
-template <class W, bool M16>
+ * holds both int8 policies; the guarded int4 path at M16 fits only 2). Bytes in flight per warp:
+ * int4 U·512, int8 U·1024. */
+template <class W, bool M16, bool FAST>
 struct Ring {
-  static constexpr int U = W::GROUPED ? (M16 ? 3 : 4) : (M16 ? 2 : 3);
+  static constexpr int U = W::GROUPED ? (M16 ? (FAST ? 3 : 2) : 4) : (M16 ? 2 : 3);
 };
 
-template <template <bool> class WT, bool BF16, bool M16>
-__device__ __forceinline__ void decode(const kiln_qkv_args &a, const kiln_qkv_proj &p, int blk, float *red_) {
+template <template <bool> class WT, bool BF16, bool M16, bool FAST>
+__device__ __forceinline__ void decode_block(const kiln_qkv_args &a, const kiln_qkv_proj &p, int blk, float *red_) {
   using W = WT<BF16>;
-  constexpr int ROWS = M16 ? 16 : 8, U = Ring<W, M16>::U, XW = W::NXS * W::XV / 2;
+  constexpr int ROWS = M16 ? 16 : 8, U = Ring<W, M16, FAST>::U, XW = W::NXS * W::XV / 2;
   constexpr int NACC = 2 * 4 * (M16 ? 2 : 1); /* [x rows 8h][tile][fragment element] */
-  float(&red)[WARPS][NACC][32] = *reinterpret_cast<float(*)[WARPS][NACC][32]>(red_);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+  float(&red)[WARPS][NACC][32] = *reinterpret_cast<float(*)[WARPS][NACC][32]>(red_); /* [warps] used */
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32, g = lane / 4, c = lane % 4;
   const int base = blk * COLS, m0 = blockIdx.y * ROWS;
   W w(p, a.k, base, g, c);
   const bool vec_x = !p.perm && a.x_cs == 1 && a.x_rs % 8 == 0 && (uintptr_t)a.x % 16 == 0;
 
   /* This warp's chunks: an even split of ceil(K / KC) */
   const int chunks = (a.k + W::KC - 1) / W::KC;
-  const int c_begin = (int)((int64_t)chunks * warp / WARPS), c_end = (int)((int64_t)chunks * (warp + 1) / WARPS);
+  const int c_begin = (int)((int64_t)chunks * warp / warps), c_end = (int)((int64_t)chunks * (warp + 1) / warps);
 
   Slot<W, M16> slot[U];
   auto issue = [&](Slot<W, M16> &sl, int ch) {
     if (ch >= c_end) return;
     bool first = false;
     if constexpr (W::GROUPED) first = w.group_start(ch, c_begin);
-    w.load(sl.cd, ch, c, first);
+    w.template load<FAST>(sl.cd, ch, c, first);
 #pragma unroll
     for (int j = 0; j < W::NXS; j++) {
       uint32_t(&xa)[W::XV / 2] = *reinterpret_cast<uint32_t(*)[W::XV / 2]>(sl.xa + j * (W::XV / 2));
-      load_x<W::XV>(xa, a, p.perm, m0 + g, W::xk(ch, c, j), vec_x);
+      load_x<W::XV, FAST>(xa, a, p.perm, m0 + g, W::xk(ch, c, j), vec_x);
       if (M16) {
         uint32_t(&xb)[W::XV / 2] = *reinterpret_cast<uint32_t(*)[W::XV / 2]>(sl.xb + j * (W::XV / 2));
-        load_x<W::XV>(xb, a, p.perm, m0 + g + 8, W::xk(ch, c, j), vec_x);
+        load_x<W::XV, FAST>(xb, a, p.perm, m0 + g + 8, W::xk(ch, c, j), vec_x);
       }
     }
   };
@@ -485,11 +507,10 @@ __device__ __forceinline__ void decode(const kiln_qkv_args &a, const kiln_qkv_pr
 #pragma unroll
       for (int e = 0; e < 4; e++) red[warp][8 * h + 4 * t + e][lane] = acc[h][t][e];
   __syncthreads();
-  for (int idx = threadIdx.x; idx < NACC * 32; idx += THREADS) {
+  for (int idx = threadIdx.x; idx < NACC * 32; idx += blockDim.x) {
     const int i = idx / 32, l = idx % 32, h = i / 8, t = i / 4 % 2, e = i % 4;
     float y = 0.f;
-#pragma unroll
-    for (int v = 0; v < WARPS; v++) y += red[v][i][l];
+    for (int v = 0; v < warps; v++) y += red[v][i][l];
     /* element e of tile t in lane l: column 4(l/4) + 2t + e/2, x row 8h + 2(l%4) + e%2 */
     const int row = m0 + 8 * h + 2 * (l % 4) + e % 2, col = base + 4 * (l / 4) + 2 * t + e / 2;
     if (row < a.m && col < p.n) {
@@ -499,18 +520,28 @@ __device__ __forceinline__ void decode(const kiln_qkv_args &a, const kiln_qkv_pr
   }
 }
 
-/* The block's reduction buffer, one for whichever policy runs: [warp][accumulator][lane]. */
-template <bool M16>
-KILN_DEVICE float *reduction_buffer() {
-  __shared__ float red[WARPS * (M16 ? 16 : 8) * 32];
-  return red;
+/* FAST when every load of the block can be an unguarded vector load (the common case: aligned
+ * weights and x, a full 32-column block, K a whole number of chunks, no act-order): its loop has
+ * no bounds checks, element-wise fallbacks or branches around them (ncu, v5: 177 instructions
+ * per 512-byte int4 chunk, ~3x the dequantization and MMAs). Block-uniform, as mma.sync needs. */
+template <template <bool> class WT, bool BF16, bool M16>
+__device__ __forceinline__ void decode(const kiln_qkv_args &a, const kiln_qkv_proj &p, int blk, float *red) {
+  const bool x_fast = !p.perm && a.x_cs == 1 && a.x_rs % 8 == 0 && (uintptr_t)a.x % 16 == 0;
+  if (x_fast && WT<BF16>::fast_layout(p, a.k, blk * COLS))
+    decode_block<WT, BF16, M16, true>(a, p, blk, red);
+  else
+    decode_block<WT, BF16, M16, false>(a, p, blk, red);
 }
+
+/* The block's reduction buffer, [warp][accumulator][lane] floats: dynamic shared memory sized by
+ * the host for the block's warps (src/ops/wa16_gpu.c), one for whichever policy runs. */
+extern __shared__ float wa16_red[];
 
 template <bool BF16, bool M16>
 __device__ __forceinline__ void decode_int4(const kiln_qkv_args &a) {
   int blk = blockIdx.x;
   const kiln_qkv_proj &p = find_proj(a, blk);
-  decode<W4, BF16, M16>(a, p, blk, reduction_buffer<M16>());
+  decode<W4, BF16, M16>(a, p, blk, wa16_red);
 }
 
 /* Each projection's layout picks its policy (block-uniform). */
@@ -518,11 +549,10 @@ template <bool BF16, bool M16>
 __device__ __forceinline__ void decode_int8(const kiln_qkv_args &a) {
   int blk = blockIdx.x;
   const kiln_qkv_proj &p = find_proj(a, blk);
-  float *red = reduction_buffer<M16>();
   if (p.w_cs == 1 || p.w_rs != 1)
-    decode<W8R, BF16, M16>(a, p, blk, red);
+    decode<W8R, BF16, M16>(a, p, blk, wa16_red);
   else
-    decode<W8C, BF16, M16>(a, p, blk, red);
+    decode<W8C, BF16, M16>(a, p, blk, wa16_red);
 }
 
 } /* namespace wa16 */

@@ -30,10 +30,18 @@ static kiln_status wa16_gpu(const kiln_context *ctx, const char *op, const kiln_
        {KILN_K_W4A16_DECODE_BF16_M8, KILN_K_W4A16_DECODE_BF16_M16}},
       {{KILN_K_W8A16_DECODE_F16_M8, KILN_K_W8A16_DECODE_F16_M16},
        {KILN_K_W8A16_DECODE_BF16_M8, KILN_K_W8A16_DECODE_BF16_M16}}};
+  /* Warps per block (they split K): as many as give ~16 warps per SM over the whole grid, a power
+   * of two from 1 to 16. Fewer, longer K runs per warp ramp and drain the load pipeline less. */
+  const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1, tiles = blocks * row_tiles;
+  int warps = KILN_WA16_THREADS / 32;
+  while (warps > 1 && tiles * (warps / 2) >= sms * 16) warps /= 2;
   kiln_qkv_args args = *a;
   void *params[] = {&args};
   const kiln_kernel_id kernel = kernels[int8][a->x_dtype == KILN_DT_BF16][m16];
-  return kiln_launch(ctx, kernel, (unsigned)blocks, (unsigned)row_tiles, 1, KILN_WA16_THREADS, 0, stream, params, op);
+  /* shared memory: the reduction buffer, [warps][8 or 16 accumulators][32 lanes] floats */
+  const unsigned smem = (unsigned)(warps * (m16 ? 16 : 8) * 32 * sizeof(float));
+  return kiln_launch(ctx, kernel, (unsigned)blocks, (unsigned)row_tiles, 1, (unsigned)(32 * warps), smem, stream, params,
+                     op);
 }
 
 kiln_status kiln_matmul_int4_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *a, CUstream stream) {

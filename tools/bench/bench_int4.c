@@ -20,7 +20,9 @@ const char bench_int4_usage[] =
     "  Shapes: (K, N) in (4096, 4096), (4096, 12288), (8192, 28672), (28672, 8192),\n"
     "  M in 1, 4, 16, 64, 256, 1024, 4096 (--quick: first two shapes, M in 1, 16, 1024).\n"
     "  --dtype f16|bf16     activation and output dtype (default f16)\n"
-    "  --group G            group size 32, 64, 128 or 0 for per-column (default 128)\n" BENCH_COMMON_USAGE;
+    "  --group G            group size 32, 64, 128 or 0 for per-column (default 128)\n"
+    "  --shape KxN          this one weight shape only (e.g. 4096x12288; for profiling)\n"
+    "  --m M                this one M only\n" BENCH_COMMON_USAGE;
 
 typedef struct w4_weights {
   int n_copies;
@@ -150,7 +152,7 @@ int bench_int4_main(int argc, char **argv) {
   bench_common common;
   bench_common_init(&common);
   bench_dtype dt = BENCH_F16;
-  long long group = 128;
+  long long group = 128, one_k = 0, one_n = 0, one_m = 0;
   for (int i = 1; i < argc; i++) {
     int c = bench_parse_common(argc, argv, &i, &common);
     if (c < 0) return 2;
@@ -166,6 +168,10 @@ int bench_int4_main(int argc, char **argv) {
     if (!strcmp(a, "--group") && v && sscanf(v, "%lld%c", &group, &tail) == 1 &&
         (group == 0 || group == 32 || group == 64 || group == 128))
       continue;
+    if (!strcmp(a, "--shape") && v && sscanf(v, "%lldx%lld%c", &one_k, &one_n, &tail) == 2 && one_k >= 128 &&
+        one_k % 128 == 0 && one_n >= 1 && one_k <= (1 << 20) && one_n <= (1 << 20))
+      continue;
+    if (!strcmp(a, "--m") && v && sscanf(v, "%lld%c", &one_m, &tail) == 1 && one_m >= 1 && one_m <= 65536) continue;
     fprintf(stderr, "kiln-bench int4: bad option or value \"%s %s\" (see kiln-bench int4 --help)\n", a, v ? v : "");
     return 2;
   }
@@ -180,10 +186,13 @@ int bench_int4_main(int argc, char **argv) {
   printf("device copy bandwidth (read + write): %.0f GB/s\n", copy_gbps);
   bench_cublas cb;
   bench_cublas_open(&cb, env.stream);
-  static const int64_t shapes[4][2] = {{4096, 4096}, {4096, 12288}, {8192, 28672}, {28672, 8192}};
+  int64_t shapes[4][2] = {{4096, 4096}, {4096, 12288}, {8192, 28672}, {28672, 8192}};
   static const int64_t ms_full[] = {1, 4, 16, 64, 256, 1024, 4096}, ms_quick[] = {1, 16, 1024};
   const int64_t *ms = common.quick ? ms_quick : ms_full;
-  const int n_m = common.quick ? 3 : 7, n_shapes = common.quick ? 2 : 4;
+  int n_m = common.quick ? 3 : 7, n_shapes = common.quick ? 2 : 4;
+  const int64_t m_one[1] = {one_m};
+  if (one_k) shapes[0][0] = one_k, shapes[0][1] = one_n, n_shapes = 1;
+  if (one_m) ms = m_one, n_m = 1;
   int dead = 0;
   for (int s = 0; s < n_shapes && !dead; s++) {
     w4_weights w;

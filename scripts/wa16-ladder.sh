@@ -1,0 +1,29 @@
+#!/bin/bash
+# The W·A16 decode ladder, on the GPU machine: the same benchmarks for each build given (slim
+# builds of successive commits, scripts/slim-build.sh), side by side in one run, then Nsight
+# Compute on the last build's int4 kernel at one decode shape. Logs go to $OUT.
+#   scripts/wa16-ladder.sh build-ladder/slim/v4 build-ladder/slim/v5
+# docs/performance.md records each rung's prediction and measurement.
+set -u
+unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
+last=
+for b in "$@"; do
+  n=$(basename "$b")
+  echo "== $n"
+  timeout 100 "$b/tools/kiln-bench" int4 --quick >"$OUT/int4-$n.txt" 2>&1
+  grep -E "^matmul_int4|copy bandwidth" "$OUT/int4-$n.txt"
+  for s in 8192x28672 28672x8192; do
+    timeout 60 "$b/tools/kiln-bench" int4 --shape $s --m 1 >>"$OUT/int4-$n.txt" 2>&1
+  done
+  grep -E "^matmul_int4 M1K(8192|28672)" "$OUT/int4-$n.txt"
+  timeout 100 "$b/tools/kiln-bench" qkv --quick >"$OUT/qkv-$n.txt" 2>&1
+  grep -E "^qkv" "$OUT/qkv-$n.txt" | grep -v M512
+  last=$b
+done
+if [ -n "$last" ] && command -v ncu >/dev/null; then
+  timeout 120 ncu -k regex:w4a16 -s 3 -c 1 --section SpeedOfLight --section WarpStateStats --section Occupancy \
+    --section LaunchStats --section MemoryWorkloadAnalysis --section InstructionStats \
+    "$last/tools/kiln-bench" int4 --shape 4096x12288 --m 1 --reps 1 >"$OUT/ncu.txt" 2>&1
+  grep -E "Duration|Throughput|Achieved Occupancy|Block Size|Registers|Issued Ipc|Executed Ipc|Warp Cycles|Theoretical Occ|Executed Instructions  " "$OUT/ncu.txt" | head -40
+  cuobjdump -sass -fun kiln_w4a16_decode_f16_m8 "$last/kernels/wa16_decode_sm80.fatbin" 2>&1 | gzip >"$OUT/sass-w4-f16-m8.txt.gz"
+fi
