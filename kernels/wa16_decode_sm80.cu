@@ -84,6 +84,13 @@ KILN_DEVICE uint32_t sub2(uint32_t a, uint32_t b) {
   return r;
 }
 
+/* a·b + c on f16 pairs. */
+KILN_DEVICE uint32_t fma16(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
 template <bool BF16>
 KILN_DEVICE void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if (BF16)
@@ -140,20 +147,22 @@ KILN_DEVICE const kiln_qkv_proj &find_proj(const kiln_qkv_args &a, int &blk) {
  * FAST (x contiguous and aligned, no perm, K a multiple of the chunk): rows beyond M read row
  * M - 1 instead of zeros: they only feed MMA columns (rows of y) that are never stored. */
 template <int V, bool FAST>
-KILN_DEVICE void load_x(uint32_t (&w)[V / 2], const kiln_qkv_args &a, const int32_t *perm, int row, int k, bool vec) {
-  if (FAST) row = min(row, a.m - 1);
+KILN_DEVICE void load_x(uint32_t (&w)[V / 2], const kiln_qkv_args &a, const int32_t *perm, int row, uint32_t row_off,
+                        int k, bool vec) {
 #pragma unroll
   for (int i = 0; i < V / 2; i++) w[i] = 0u;
   if (!FAST && row >= a.m) return;
-  const uint16_t *x = (const uint16_t *)a.x + (int64_t)row * a.x_rs;
+  /* FAST: 32-bit offsets (the block checked that they fit; row_off = min(row, M-1)·x_rs) */
+  const uint16_t *xrow = (const uint16_t *)a.x + (int64_t)row * a.x_rs;
+  const uint16_t *x = FAST ? (const uint16_t *)a.x + (row_off + (uint32_t)k) : xrow + k;
   if (FAST || (vec && k + V <= a.k)) {
     if (V == 4) {
-      const uint2 v = __ldg(reinterpret_cast<const uint2 *>(x + k));
+      const uint2 v = __ldg(reinterpret_cast<const uint2 *>(x));
       w[0] = v.x, w[1] = v.y;
     } else {
 #pragma unroll
       for (int i = 0; i < V / 8; i++) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4 *>(x + k) + i);
+        const uint4 v = __ldg(reinterpret_cast<const uint4 *>(x) + i);
         w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
       }
     }
@@ -163,7 +172,7 @@ KILN_DEVICE void load_x(uint32_t (&w)[V / 2], const kiln_qkv_args &a, const int3
   for (int i = 0; i < V; i++)
     if (k + i < a.k) {
       const int64_t c = perm ? perm[k + i] : k + i;
-      w[i / 2] |= (uint32_t)__ldg(x + c * a.x_cs) << (16 * (i % 2));
+      w[i / 2] |= (uint32_t)__ldg(xrow + c * a.x_cs) << (16 * (i % 2));
     }
 }
 
@@ -187,18 +196,22 @@ struct W4 {
     uint32_t z; /* zeros of those columns (group-start chunks only) */
     uint2 s;    /* f16 scales of those columns (group-start chunks only) */
   };
-  const uint32_t *codes; /* this lane's column 4g of word row c */
+  const uint32_t *codes; /* the weight's */
   const uint8_t *zeros;
   const uint16_t *scales;
-  int64_t row4; /* words between chunks: 4 word rows */
+  int64_t lane, row4; /* this lane's first word (row c, column 4g); words between chunks (4 rows) */
+  uint32_t lane32, row4_32; /* the same, FAST (32-bit offsets) */
   int n, col, words_k, gshift;
+  uint32_t gmask; /* chunk ch starts a group iff (ch & gmask) == 0 */
   bool vec_w, vec_z, vec_s;
   uint32_t zz[4]; /* current group: magic | zero in both halves, per column */
+  uint32_t zh[4]; /* f16: -(64 + zero) in both halves, for the high nibbles (a_frag) */
   uint2 sc;       /* current group's scales */
 
   KILN_DEVICE W4(const kiln_qkv_proj &p, int k, int base, int g, int c) {
     n = p.n, col = base + 4 * g, words_k = k / 8;
-    codes = p.codes + (int64_t)c * n + col, zeros = p.zeros, scales = p.scales;
+    codes = p.codes, zeros = p.zeros, scales = p.scales, lane = (int64_t)c * n + col;
+    lane32 = (uint32_t)lane, row4_32 = 4u * (uint32_t)n;
     row4 = 4 * (int64_t)n;
     vec_w = n % 4 == 0 && (uintptr_t)p.codes % 16 == 0 && col + 4 <= n;
     vec_z = n % 4 == 0 && (uintptr_t)p.zeros % 4 == 0 && col + 4 <= n;
@@ -206,20 +219,23 @@ struct W4 {
     /* group of chunk ch = ch >> gshift: G = 32, 64, 128 are 1, 2, 4 chunks; G = K (one group,
      * any multiple of 8) shifts everything away */
     gshift = p.group == 32 ? 0 : p.group == 64 ? 1 : p.group == 128 && p.group != k ? 2 : 31;
+    gmask = (1u << gshift) - 1u;
   }
-  /* every lane of the block on the vector path, K a whole number of chunks */
+  /* every lane of the block on the vector path, K a whole number of 4-chunk units (ALIGNED in
+   * decode_block) and G <= 4 chunks, offsets < 2^31 */
   static KILN_DEVICE bool fast_layout(const kiln_qkv_proj &p, int k, int base) {
-    return p.n % 4 == 0 && base + COLS <= p.n && k % KC == 0 && (uintptr_t)p.codes % 16 == 0 &&
-           (uintptr_t)p.zeros % 4 == 0 && (uintptr_t)p.scales % 8 == 0;
+    return p.n % 4 == 0 && base + COLS <= p.n && k % (4 * KC) == 0 && (int64_t)(k / 8) * p.n < INT32_MAX &&
+           (p.group == 32 || p.group == 64 || (p.group == 128 && k != 128)) &&
+           (uintptr_t)p.codes % 16 == 0 && (uintptr_t)p.zeros % 4 == 0 && (uintptr_t)p.scales % 8 == 0;
   }
-  KILN_DEVICE bool group_start(int ch, int c_begin) const { return ch == c_begin || ((unsigned)ch & ((1u << gshift) - 1u)) == 0; }
-  KILN_DEVICE bool group_end(int ch, int c_end) const { return ch + 1 == c_end || ((ch + 1) >> gshift) != (ch >> gshift); }
+  KILN_DEVICE bool group_start(int ch, int c_begin) const { return ch == c_begin || ((unsigned)ch & gmask) == 0; }
+  KILN_DEVICE bool group_end(int ch, int c_end) const { return ch + 1 == c_end || ((unsigned)(ch + 1) & gmask) == 0; }
   static KILN_DEVICE int xk(int ch, int c, int) { return ch * KC + 8 * c; }
 
   template <bool FAST>
   KILN_DEVICE void load(Codes &cd, int ch, int c, bool first) const {
     const int r = ch * 4 + c;
-    const uint32_t *src = codes + ch * row4;
+    const uint32_t *src = FAST ? codes + (lane32 + (uint32_t)ch * row4_32) : codes + lane + ch * row4;
     if (!FAST && r >= words_k) {
       cd.w = make_uint4(0u, 0u, 0u, 0u);
     } else if (FAST || vec_w) {
@@ -233,7 +249,8 @@ struct W4 {
       cd.w = make_uint4(w[0], w[1], w[2], w[3]);
     }
     if (!first) return;
-    const int64_t at = (int64_t)(ch >> gshift) * n + col;
+    const int64_t at = FAST ? (int64_t)((uint32_t)(ch >> gshift) * (uint32_t)n + (uint32_t)col)
+                            : (int64_t)(ch >> gshift) * n + col;
     if (FAST || vec_z) {
       cd.z = __ldg(reinterpret_cast<const uint32_t *>(zeros + at));
     } else {
@@ -256,21 +273,32 @@ struct W4 {
   KILN_DEVICE void begin_group(const Codes &cd) {
     const uint32_t magic2 = BF16 ? 0x43004300u : 0x64006400u;
 #pragma unroll
-    for (int t = 0; t < 4; t++) zz[t] = magic2 | prmt(cd.z, 0u, t | 4 << 4 | t << 8 | 4 << 12);
+    for (int t = 0; t < 4; t++) {
+      zz[t] = magic2 | prmt(cd.z, 0u, t | 4 << 4 | t << 8 | 4 << 12);
+      if (!BF16) zh[t] = sub2<false>(0x63806380u, zz[t]); /* 960 − (1024 + z) = −(64 + z), exact */
+    }
     sc = cd.s;
   }
   KILN_DEVICE float scale(int i) const { /* column 4g + i */
     const uint32_t w = i < 2 ? sc.x : sc.y;
     return __half2float(__ushort_as_half((uint16_t)(w >> (16 * (i % 2)))));
   }
-  /* tile t: rows g, g+8 = words 2t, 2t+1; step s: nibbles (2s, 2s+4) then (2s+1, 2s+5) */
+  /* tile t: rows g, g+8 = words 2t, 2t+1; step s: nibbles (2s, 2s+4) then (2s+1, 2s+5).
+   * f16 takes the high nibbles in place: (q << 4) | 0x6400 is 1024 + 16q, and
+   * (1024 + 16q)·(1/16) − (64 + z) = q − z in one exact fma, no shift (bf16's 8-bit mantissa
+   * cannot hold 128 + 16q, so bf16 shifts). */
   KILN_DEVICE void a_frag(uint32_t (&a)[4], const Codes &cd, int t, int s) const {
     const uint32_t magic2 = BF16 ? 0x43004300u : 0x64006400u;
     const uint32_t lo = (t ? cd.w.z : cd.w.x) >> (8 * s), hi = (t ? cd.w.w : cd.w.y) >> (8 * s);
     a[0] = sub2<BF16>(and_or(lo, 0x000F000Fu, magic2), zz[2 * t]);
     a[1] = sub2<BF16>(and_or(hi, 0x000F000Fu, magic2), zz[2 * t + 1]);
-    a[2] = sub2<BF16>(and_or(lo >> 4, 0x000F000Fu, magic2), zz[2 * t]);
-    a[3] = sub2<BF16>(and_or(hi >> 4, 0x000F000Fu, magic2), zz[2 * t + 1]);
+    if (BF16) {
+      a[2] = sub2<BF16>(and_or(lo >> 4, 0x000F000Fu, magic2), zz[2 * t]);
+      a[3] = sub2<BF16>(and_or(hi >> 4, 0x000F000Fu, magic2), zz[2 * t + 1]);
+    } else {
+      a[2] = fma16(and_or(lo, 0x00F000F0u, magic2), 0x2C002C00u, zh[2 * t]); /* 0x2C00 = 1/16 */
+      a[3] = fma16(and_or(hi, 0x00F000F0u, magic2), 0x2C002C00u, zh[2 * t + 1]);
+    }
   }
   /* x words (k0,k1) (k2,k3) (k4,k5) (k6,k7): step s wants (k2s, k2s+4) and (k2s+1, k2s+5) */
   static KILN_DEVICE void b_frag(uint32_t &b0, uint32_t &b1, const uint32_t (&xw)[4], int s) {
@@ -288,17 +316,18 @@ struct W8R {
   struct Codes {
     uint32_t w[2][4]; /* [step][k-row]: columns 4g .. 4g+3, flipped */
   };
-  const int8_t *w;
+  const int8_t *w, *w0; /* this lane's column 4g; the weight's */
   int64_t rs, cs;
   int n, k, col, c4;
   bool vec;
   KILN_DEVICE W8R(const kiln_qkv_proj &p, int k_, int base, int g, int c) {
     n = p.n, k = k_, col = base + 4 * g, c4 = 4 * c, rs = p.w_rs, cs = p.w_cs;
-    w = p.w + (int64_t)col * cs;
+    w0 = p.w, w = p.w + (int64_t)col * cs;
     vec = cs == 1 && rs % 4 == 0 && (uintptr_t)p.w % 4 == 0 && col + 4 <= n;
   }
   static KILN_DEVICE bool fast_layout(const kiln_qkv_proj &p, int k, int base) {
-    return p.w_cs == 1 && p.w_rs % 4 == 0 && (uintptr_t)p.w % 4 == 0 && base + COLS <= p.n && k % KC == 0;
+    return p.w_cs == 1 && p.w_rs % 4 == 0 && (uintptr_t)p.w % 4 == 0 && base + COLS <= p.n && k % KC == 0 &&
+           (int64_t)k * p.w_rs < INT32_MAX;
   }
   static KILN_DEVICE int xk(int ch, int c, int j) { return ch * KC + 16 * j + 4 * c; }
   template <bool FAST>
@@ -310,7 +339,7 @@ struct W8R {
         const int kr = ch * KC + 16 * s + c4 + r;
         uint32_t v = 0u;
         if (FAST || kr < k) {
-          const int8_t *src = w + kr * rs;
+          const int8_t *src = FAST ? w0 + ((uint32_t)kr * (uint32_t)rs + (uint32_t)col) : w + kr * rs;
           if (FAST || vec) {
             v = __ldg(reinterpret_cast<const uint32_t *>(src));
           } else {
@@ -351,17 +380,18 @@ struct W8C {
   struct Codes {
     uint2 w[4]; /* [column 4g + i]: k 32·ch + 8c .. +7, flipped */
   };
-  const int8_t *w;
+  const int8_t *w, *w0; /* this lane's column 4g; the weight's */
   int64_t cs;
   int n, k, col, c8;
   bool vec;
   KILN_DEVICE W8C(const kiln_qkv_proj &p, int k_, int base, int g, int c) {
     n = p.n, k = k_, col = base + 4 * g, c8 = 8 * c, cs = p.w_cs;
-    w = p.w + (int64_t)col * cs;
+    w0 = p.w, w = p.w + (int64_t)col * cs;
     vec = p.w_rs == 1 && cs % 8 == 0 && (uintptr_t)p.w % 8 == 0;
   }
   static KILN_DEVICE bool fast_layout(const kiln_qkv_proj &p, int k, int base) {
-    return p.w_rs == 1 && p.w_cs % 8 == 0 && (uintptr_t)p.w % 8 == 0 && base + COLS <= p.n && k % KC == 0;
+    return p.w_rs == 1 && p.w_cs % 8 == 0 && (uintptr_t)p.w % 8 == 0 && base + COLS <= p.n && k % KC == 0 &&
+           (int64_t)p.n * p.w_cs < INT32_MAX;
   }
   static KILN_DEVICE int xk(int ch, int c, int) { return ch * KC + 8 * c; }
   template <bool FAST>
@@ -371,7 +401,7 @@ struct W8C {
     for (int i = 0; i < 4; i++) {
       uint32_t v[2] = {0u, 0u};
       if (FAST || col + i < n) {
-        const int8_t *src = w + i * cs + k0;
+        const int8_t *src = FAST ? w0 + ((uint32_t)(col + i) * (uint32_t)cs + (uint32_t)k0) : w + i * cs + k0;
         if (FAST || (vec && k0 + 8 <= k)) {
           const uint2 u = __ldg(reinterpret_cast<const uint2 *>(src));
           v[0] = u.x, v[1] = u.y;
@@ -422,29 +452,41 @@ __device__ __forceinline__ void decode_block(const kiln_qkv_args &a, const kiln_
   const int base = blk * COLS, m0 = blockIdx.y * ROWS;
   W w(p, a.k, base, g, c);
   const bool vec_x = !p.perm && a.x_cs == 1 && a.x_rs % 8 == 0 && (uintptr_t)a.x % 16 == 0;
+  const uint32_t xa_off = (uint32_t)min(m0 + g, a.m - 1) * (uint32_t)a.x_rs; /* FAST's x rows */
+  const uint32_t xb_off = (uint32_t)min(m0 + g + 8, a.m - 1) * (uint32_t)a.x_rs;
 
-  /* This warp's chunks: an even split of ceil(K / KC) */
-  const int chunks = (a.k + W::KC - 1) / W::KC;
-  const int c_begin = (int)((int64_t)chunks * warp / warps), c_end = (int)((int64_t)chunks * (warp + 1) / warps);
+  /* ALIGNED (FAST int4 with a 4-slot ring; fast_layout made K a multiple of 4 chunks and G one of
+   * 32, 64, 128): warps split K in whole units of 4 chunks, so slot u always holds a chunk at
+   * position u of its unit and whether it begins or ends a group is (u & gmask) — decided per
+   * slot, not tested per chunk — and the ring refills all 4 slots or none. */
+  constexpr bool ALIGNED = FAST && W::GROUPED && U == 4;
+  /* This warp's chunks: an even split of ceil(K / KC) (ALIGNED: of the 4-chunk units) */
+  const int unit = ALIGNED ? 4 : 1, chunks = (a.k + W::KC - 1) / W::KC, units = chunks / unit;
+  const int c_begin = unit * (int)((int64_t)units * warp / warps);
+  const int c_end = unit * (int)((int64_t)units * (warp + 1) / warps);
+  auto starts = [&](int ch, int u) {
+    if constexpr (W::GROUPED) return ALIGNED ? (u & w.gmask) == 0 : w.group_start(ch, c_begin);
+    return false;
+  };
 
   Slot<W, M16> slot[U];
-  auto issue = [&](Slot<W, M16> &sl, int ch) {
-    if (ch >= c_end) return;
-    bool first = false;
-    if constexpr (W::GROUPED) first = w.group_start(ch, c_begin);
+  auto issue = [&](Slot<W, M16> &sl, int ch, int u) {
+    if (!ALIGNED && ch >= c_end) return;
+    const bool first = starts(ch, u);
     w.template load<FAST>(sl.cd, ch, c, first);
 #pragma unroll
     for (int j = 0; j < W::NXS; j++) {
       uint32_t(&xa)[W::XV / 2] = *reinterpret_cast<uint32_t(*)[W::XV / 2]>(sl.xa + j * (W::XV / 2));
-      load_x<W::XV, FAST>(xa, a, p.perm, m0 + g, W::xk(ch, c, j), vec_x);
+      load_x<W::XV, FAST>(xa, a, p.perm, m0 + g, xa_off, W::xk(ch, c, j), vec_x);
       if (M16) {
         uint32_t(&xb)[W::XV / 2] = *reinterpret_cast<uint32_t(*)[W::XV / 2]>(sl.xb + j * (W::XV / 2));
-        load_x<W::XV, FAST>(xb, a, p.perm, m0 + g + 8, W::xk(ch, c, j), vec_x);
+        load_x<W::XV, FAST>(xb, a, p.perm, m0 + g + 8, xb_off, W::xk(ch, c, j), vec_x);
       }
     }
   };
 #pragma unroll
-  for (int u = 0; u < U; u++) issue(slot[u], c_begin + u);
+  for (int u = 0; u < U; u++)
+    if (!ALIGNED || c_begin < c_end) issue(slot[u], c_begin + u, u);
 
   float acc[M16 ? 2 : 1][2][4], part[M16 ? 2 : 1][2][4]; /* [x rows 8h][tile][element]: total, group's */
 #pragma unroll
@@ -456,13 +498,14 @@ __device__ __forceinline__ void decode_block(const kiln_qkv_args &a, const kiln_
   float(&sum)[M16 ? 2 : 1][2][4] = W::GROUPED ? part : acc; /* ungrouped: the MMAs add into acc */
 
   for (int c0 = c_begin; c0 < c_end; c0 += U) {
+    const bool refill = c0 + U < c_end; /* ALIGNED: the next round is whole or absent */
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int ch = c0 + u;
-      if (ch >= c_end) break;
+      if (!ALIGNED && ch >= c_end) break;
       Slot<W, M16> &sl = slot[u];
       if constexpr (W::GROUPED)
-        if (w.group_start(ch, c_begin)) w.begin_group(sl.cd);
+        if (starts(ch, u)) w.begin_group(sl.cd);
 #pragma unroll
       for (int s = 0; s < W::STEPS; s++) {
         uint32_t b0, b1, b2 = 0, b3 = 0;
@@ -479,7 +522,7 @@ __device__ __forceinline__ void decode_block(const kiln_qkv_args &a, const kiln_
       if constexpr (W::GROUPED) {
         /* the group ends here: its partial · the group's scales into acc. Element e of tile t
          * is column 4g + 2t + e/2. */
-        if (w.group_end(ch, c_end)) {
+        if (ALIGNED ? ((u + 1) & w.gmask) == 0 : w.group_end(ch, c_end)) {
 #pragma unroll
           for (int t = 0; t < 2; t++)
 #pragma unroll
@@ -495,7 +538,7 @@ __device__ __forceinline__ void decode_block(const kiln_qkv_args &a, const kiln_
             }
         }
       }
-      issue(sl, ch + U);
+      if (!ALIGNED || refill) issue(sl, ch + U, u);
     }
   }
 
@@ -526,7 +569,8 @@ __device__ __forceinline__ void decode_block(const kiln_qkv_args &a, const kiln_
  * per 512-byte int4 chunk, ~3x the dequantization and MMAs). Block-uniform, as mma.sync needs. */
 template <template <bool> class WT, bool BF16, bool M16>
 __device__ __forceinline__ void decode(const kiln_qkv_args &a, const kiln_qkv_proj &p, int blk, float *red) {
-  const bool x_fast = !p.perm && a.x_cs == 1 && a.x_rs % 8 == 0 && (uintptr_t)a.x % 16 == 0;
+  const bool x_fast = !p.perm && a.x_cs == 1 && a.x_rs % 8 == 0 && (uintptr_t)a.x % 16 == 0 &&
+                      (int64_t)(a.m - 1) * a.x_rs + a.k < INT32_MAX;
   if (x_fast && WT<BF16>::fast_layout(p, a.k, blk * COLS))
     decode_block<WT, BF16, M16, true>(a, p, blk, red);
   else
