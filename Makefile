@@ -74,7 +74,7 @@ bench-run:
 	@rc=0; bash scripts/bench_all.sh $(BUILD) $(BUILD)/bench || rc=$$?; \
 	if [ $$rc -ge 2 ]; then exit $$rc; fi; \
 	python3 scripts/bench_report.py $(BUILD)/bench --docs docs/performance.md --chart docs/perf.png \
-	  --commit $(BENCH_COMMIT) || exit 1; \
+	  --json-copy docs/bench.json --commit $(BENCH_COMMIT) || exit 1; \
 	if [ $$rc -ne 0 ]; then echo "kiln: make bench: some benchmarks failed (see above)"; fi; \
 	exit $$rc
 

@@ -236,7 +236,7 @@ def markdown(doc, chart_rel):
              f"driver {doc['driver']}, kiln {doc['kiln_version']}; peers: " + (", ".join(peers) or "none")
              + ". Ratio = kiln throughput / peer throughput (above 1: kiln is faster); % of roofline = kiln's "
              "rate / min(datasheet peak, bytes moved x the copy bandwidth of the same run). All rows: "
-             f"`{doc['merged']}`."),
+             f"`{doc['rows_at']}`."),
     ]
     if doc["failed"]:
         lines += ["", wrap("Failed in this run (rows missing or incomplete): " + ", ".join(doc["failed"]) + ".")]
@@ -337,6 +337,8 @@ def main():
     ap.add_argument("--commit", help="commit the build was made from (default: from the JSON, else unknown)")
     ap.add_argument("--gpu", help="GPU name (default: the device the rows name)")
     ap.add_argument("--no-docs", action="store_true", help="only print the table: write no file")
+    ap.add_argument("--json-copy", help="also write the merged JSON here (e.g. docs/bench.json, kept in the "
+                    "repository beside the docs it generates); the docs then point to it")
     ap.add_argument("--peak-tflops", type=float, help="dense f16 peak for %% of roofline (default: datasheet)")
     ap.add_argument("--peak-tops", type=float, help="dense int8 peak (default: datasheet)")
     ap.add_argument("--bandwidth", type=float, help="DRAM GB/s when the run has no copy row (default: datasheet)")
@@ -364,6 +366,7 @@ def main():
         "kiln_version": first.get("kiln_version", "unknown"),
         "torch": sdpa_version(args.out_dir),
         "merged": os.path.join(args.out_dir, "bench.json"),
+        "rows_at": args.json_copy or os.path.join(args.out_dir, "bench.json"),
     }
     copy = [num(r.get("kiln_rate")) for r in rows if r.get("op") == "copy" and num(r.get("kiln_rate"))]
     peaks = device_peaks(gpu, args)
@@ -379,10 +382,11 @@ def main():
     if args.no_docs:
         return
     merged = doc["merged"]
-    with open(merged, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
-    print(f"bench_report: wrote {merged}")
+    for path in [merged] + ([args.json_copy] if args.json_copy else []):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        print(f"bench_report: wrote {path}")
     chart_rel = None
     if args.chart and draw(doc, args.chart) and args.docs:
         chart_rel = os.path.relpath(args.chart, os.path.dirname(os.path.abspath(args.docs)))
