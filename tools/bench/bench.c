@@ -377,6 +377,14 @@ int bench_copy_time(bench_env *env, size_t bytes, bench_timing *out) {
   return rc;
 }
 
+double bench_copy_gbps(bench_env *env) {
+  const size_t bytes = (size_t)512 << 20;
+  bench_timing copy;
+  const double gbps = bench_copy_time(env, bytes, &copy) ? NAN : 2.0 * (double)bytes / copy.median_us / 1e3;
+  printf("device copy bandwidth (read + write): %.0f GB/s\n", gbps);
+  return gbps;
+}
+
 int bench_default_reps(const bench_env *env) {
   return env->opts.reps > 0 ? env->opts.reps : env->opts.quick ? 10 : 30;
 }

@@ -144,6 +144,10 @@ int bench_time(bench_env *env, CUstream stream, bench_fn fn, void *user, int rep
  * 2·bytes / time (read + write). Returns 0, or -1 after printing why. */
 int bench_copy_time(bench_env *env, size_t bytes, bench_timing *out);
 
+/* bench_copy_time over 512 MiB as GB/s (read + write), printed as "device copy bandwidth ...":
+ * what GB/s rows state their share of. NaN (after printing why) if it could not be measured. */
+double bench_copy_gbps(bench_env *env);
+
 /* The repetitions a subcommand should use: --reps, else 30 (10 with --quick). */
 int bench_default_reps(const bench_env *env);
 

@@ -180,10 +180,7 @@ int bench_int4_main(int argc, char **argv) {
     bench_env_close(&env);
     return 1;
   }
-  bench_timing copy;
-  double copy_gbps = NAN;
-  if (!bench_copy_time(&env, (size_t)512 << 20, &copy)) copy_gbps = 2.0 * (double)((size_t)512 << 20) / copy.median_us / 1e3;
-  printf("device copy bandwidth (read + write): %.0f GB/s\n", copy_gbps);
+  const double copy_gbps = bench_copy_gbps(&env);
   bench_cublas cb;
   bench_cublas_open(&cb, env.stream);
   int64_t shapes[4][2] = {{4096, 4096}, {4096, 12288}, {8192, 28672}, {28672, 8192}};
