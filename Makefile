@@ -42,6 +42,15 @@ test-valgrind: build
 	  rc=$$?; echo "kiln: valgrind $$(basename $$t): exit $$rc"; \
 	  if [ $$rc -ne 0 ]; then tail -30 $$t.valgrind.log; exit 1; fi; \
 	done
+	@# the driver-fault modes against the fake driver (77: skipped, a build without kernels)
+	@for m in old missing nodevice healthy oom noimage badordinal launchfail; do \
+	  log=$(BUILD)/tests/test_driver_faults.$$m.valgrind.log; \
+	  KILN_LIBCUDA=$(CURDIR)/$(BUILD)/tests/libfake_libcuda.so FAKE_CUDA_MODE=$$m \
+	    valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
+	    $(BUILD)/tests/test_driver_faults $$m >$$log 2>&1; \
+	  rc=$$?; echo "kiln: valgrind test_driver_faults $$m: exit $$rc"; \
+	  if [ $$rc -ne 0 ] && [ $$rc -ne 77 ]; then tail -30 $$log; exit 1; fi; \
+	done
 
 # Every libFuzzer target for FUZZ_SECONDS, starting from the seed corpus (new inputs go to a
 # scratch folder; a crash leaves its input in $(BUILD)-fuzz to turn into a regression seed).

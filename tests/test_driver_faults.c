@@ -1,9 +1,18 @@
 /*
- * test_driver_faults.c — how kiln reports a driver it cannot use. Each case runs as its own
- * CTest entry (the driver is loaded once per process) with KILN_LIBCUDA pointing at
+ * test_driver_faults.c — how kiln reports a driver or device it cannot use. Each case runs as its
+ * own CTest entry (the driver is loaded once per process) with KILN_LIBCUDA pointing at
  * tests/fake/fake_libcuda.c built as a shared library and FAKE_CUDA_MODE choosing the fault.
- * Usage: test_driver_faults old|missing|nodevice
+ * Usage: test_driver_faults old|missing|nodevice|healthy|oom|noimage|badordinal|launchfail
+ *
+ * old, missing, nodevice: the driver itself is unusable (driver_fault below).
+ * The other modes: the fake impersonates one working sm_90 device, with one fault injected
+ * (fake_device below). What these check past kiln_context_create needs a build with embedded
+ * kernels (a CPU-only build fails context creation with KILN_ERROR_NO_KERNEL_IMAGE before any
+ * image is loaded); a CPU-only build checks that much, and that the failed creation leaves
+ * nothing retained, then exits 77 (CTest: skipped, with the reason).
  */
+#include <dlfcn.h>
+
 #include "test_util.h"
 
 static const char *fault;
@@ -35,8 +44,287 @@ static void driver_fault(void **state) {
   kiln_context_destroy(ctx);
 }
 
+/* ---- one fake device ------------------------------------------------------------------------- */
+#define FAKE_NAME "Fake H200" /* the start of the name fake_libcuda.c reports */
+
+/* The fake's bookkeeping (fake_cuda_* in fake_libcuda.c), read from the library kiln loaded. */
+static void *fake_lib;
+static int fake(const char *counter) {
+  char name[64];
+  snprintf(name, sizeof name, "fake_cuda_%s", counter);
+  int (*fn)(void) = NULL;
+  *(void **)&fn = dlsym(fake_lib, name);
+  if (!fn) fail_msg("the fake driver exports no %s", name);
+  return fn();
+}
+
+/* Everything kiln took from the driver is given back: no device allocation, loaded library,
+ * primary-context retain, stream or event left, and this thread's context stack as it was. */
+#define assert_fake_clean()                                    \
+  do {                                                         \
+    assert_int_equal(fake("live_allocations"), 0);             \
+    assert_int_equal(fake("live_libraries"), 0);               \
+    assert_int_equal(fake("primary_retains"), 0);              \
+    assert_int_equal(fake("live_streams"), 0);                 \
+    assert_int_equal(fake("live_events"), 0);                  \
+    assert_int_equal(fake("context_depth"), 0);                \
+  } while (0)
+
+static DLManagedTensorVersioned *empty(kiln_context *ctx, DLDataType dt, int64_t rows, int64_t cols) {
+  int64_t shape[2] = {rows, cols};
+  DLManagedTensorVersioned *t = NULL;
+  assert_kiln_ok(kiln_tensor_empty(ctx, 2, shape, dt, &t));
+  assert_non_null(t);
+  assert_int_equal(t->dl_tensor.device.device_type, kDLCUDA);
+  assert_int_equal(t->dl_tensor.device.device_id, 0);
+  assert_int_equal((uintptr_t)t->dl_tensor.data % 256, 0);
+  return t;
+}
+
+/* The context works: allocate, copy there and back (the fake's device memory is host memory, so
+ * the bytes really travel), cast and multiply (the fake's launches do nothing but check their
+ * arguments), synchronize; then everything is freed. */
+static void assert_context_usable(kiln_context *ctx, CUstream stream) {
+  const int allocations = fake("live_allocations");
+  DLManagedTensorVersioned *a = empty(ctx, TEST_F16, 64, 64), *b = empty(ctx, TEST_F16, 64, 64);
+  DLManagedTensorVersioned *c = empty(ctx, TEST_F32, 64, 64);
+  assert_int_equal(fake("live_allocations"), allocations + 3);
+  static uint16_t host[64 * 64], back[64 * 64];
+  int64_t shape[2] = {64, 64};
+  test_fill(host, TEST_F16, 64 * 64);
+  test_tensor h = test_host_tensor(host, TEST_F16, 2, shape), r = test_host_tensor(back, TEST_F16, 2, shape);
+  assert_kiln_ok(kiln_tensor_copy(ctx, test_dl(&h), &a->dl_tensor, stream));
+  assert_kiln_ok(kiln_tensor_copy(ctx, &a->dl_tensor, &b->dl_tensor, stream));
+  assert_kiln_ok(kiln_tensor_copy(ctx, &b->dl_tensor, test_dl(&r), stream));
+  assert_kiln_ok(kiln_stream_synchronize(ctx, stream));
+  assert_memory_equal(host, back, sizeof host);
+  assert_kiln_ok(kiln_cast(ctx, &a->dl_tensor, &c->dl_tensor, stream));
+  assert_kiln_ok(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, NULL, stream));
+  kiln_matmul_opts opts = kiln_matmul_opts_default();
+  opts.algo = KILN_MATMUL_CP_ASYNC;
+  assert_kiln_ok(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &opts, stream));
+  assert_kiln_ok(kiln_stream_synchronize(ctx, stream));
+  kiln_tensor_free(a);
+  kiln_tensor_free(b);
+  kiln_tensor_free(c);
+  assert_int_equal(fake("live_allocations"), allocations);
+  assert_int_equal(fake("context_depth"), 0);
+}
+
+static kiln_context *create_device_0(void) {
+  kiln_context *ctx = NULL;
+  assert_kiln_ok(kiln_context_create(kDLCUDA, 0, &ctx));
+  kiln_device_info info;
+  assert_kiln_ok(kiln_context_info(ctx, &info));
+  assert_non_null(strstr(info.name, FAKE_NAME));
+  assert_int_equal(info.ordinal, 0);
+  assert_int_equal(info.cc_major, 9);
+  assert_int_equal(info.cc_minor, 0);
+  assert_int_equal(info.sm_count, 132);
+  assert_int_equal(info.has_kernels, 1);
+  assert_int_equal(info.driver_version, 13000);
+  /* every image loaded and kept; the primary context retained once; nothing left pushed */
+  assert_true(fake("library_loads") > 0);
+  assert_int_equal(fake("live_libraries"), fake("library_loads"));
+  assert_int_equal(fake("primary_retains"), 1);
+  assert_int_equal(fake("context_depth"), 0);
+  return ctx;
+}
+
+static void healthy(void) {
+  kiln_context *ctx = create_device_0();
+  assert_context_usable(ctx, NULL);
+  CUstream s = NULL;
+  assert_kiln_ok(kiln_stream_create(ctx, &s));
+  assert_non_null(s);
+  assert_int_equal(fake("live_streams"), 1);
+  assert_context_usable(ctx, s);
+  /* A destroyed stream. kiln keeps no list of streams (a CUstream is the caller's handle, often
+   * a framework's), so it cannot tell a destroyed one from a live one: it passes the handle on
+   * and reports what the driver answers. This fake answers CUDA_ERROR_INVALID_HANDLE, as the
+   * real driver may; the real driver does not promise to detect it (the handle may already
+   * name a new stream), so using a destroyed stream stays the caller's error. */
+  assert_kiln_ok(kiln_stream_destroy(ctx, s));
+  assert_int_equal(fake("live_streams"), 0);
+  DLManagedTensorVersioned *src = empty(ctx, TEST_F32, 16, 16), *dst = empty(ctx, TEST_F16, 16, 16);
+  assert_kiln_fails(kiln_cast(ctx, &src->dl_tensor, &dst->dl_tensor, s), KILN_ERROR_CUDA, "kiln_cast",
+                    "cuLaunchKernel", "CUDA_ERROR_INVALID_HANDLE", "is the stream valid", FAKE_NAME, "ordinal 0");
+  assert_kiln_fails(kiln_tensor_copy(ctx, &src->dl_tensor, &src->dl_tensor, s), KILN_ERROR_CUDA,
+                    "kiln_tensor_copy", "cuMemcpyAsync", "CUDA_ERROR_INVALID_HANDLE");
+  assert_kiln_fails(kiln_stream_synchronize(ctx, s), KILN_ERROR_CUDA, "kiln_stream_synchronize",
+                    "cuStreamSynchronize", "CUDA_ERROR_INVALID_HANDLE");
+  assert_kiln_fails(kiln_stream_destroy(ctx, s), KILN_ERROR_CUDA, "kiln_stream_destroy", "cuStreamDestroy",
+                    "CUDA_ERROR_INVALID_HANDLE");
+  assert_int_equal(fake("context_depth"), 0);
+  kiln_tensor_free(src);
+  kiln_tensor_free(dst);
+  /* ... and the context is unharmed */
+  assert_context_usable(ctx, NULL);
+  /* Two contexts on one device share the primary context, each with its own retain. */
+  const int images = fake("library_loads");
+  kiln_context *second = NULL;
+  assert_kiln_ok(kiln_context_create(kDLCUDA, 0, &second));
+  assert_int_equal(fake("primary_retains"), 2);
+  assert_int_equal(fake("live_libraries"), 2 * images);
+  kiln_context_destroy(second);
+  assert_int_equal(fake("primary_retains"), 1);
+  assert_int_equal(fake("live_libraries"), images);
+  kiln_context_destroy(ctx);
+}
+
+static void oom(void) {
+  kiln_context *ctx = create_device_0();
+  /* The fake device has 1 MiB: 4 MiB fail, as does a request far beyond any device. */
+  int64_t shape[2] = {1024, 1024};
+  DLManagedTensorVersioned *t = (DLManagedTensorVersioned *)0x1;
+  assert_kiln_fails(kiln_tensor_empty(ctx, 2, shape, TEST_F32, &t), KILN_ERROR_OUT_OF_MEMORY, "kiln_tensor_empty",
+                    "out of device memory", "4194304 bytes", FAKE_NAME);
+  assert_null(t);
+  shape[0] = (int64_t)1 << 40;
+  shape[1] = 1;
+  t = (DLManagedTensorVersioned *)0x1;
+  assert_kiln_fails(kiln_tensor_empty(ctx, 2, shape, TEST_F16, &t), KILN_ERROR_OUT_OF_MEMORY, "kiln_tensor_empty",
+                    "2199023255552 bytes");
+  assert_null(t);
+  assert_int_equal(fake("live_allocations"), 0);
+  assert_int_equal(fake("context_depth"), 0);
+  /* The context stays usable: what fits is allocated, copied, cast, multiplied, freed. */
+  assert_context_usable(ctx, NULL);
+  /* 1 MiB in use: the next allocation of any size fails, and freeing one makes room again. */
+  shape[0] = 1024;
+  shape[1] = 256;
+  DLManagedTensorVersioned *full = NULL;
+  assert_kiln_ok(kiln_tensor_empty(ctx, 2, shape, TEST_F32, &full));
+  shape[0] = shape[1] = 1;
+  assert_kiln_fails(kiln_tensor_empty(ctx, 2, shape, TEST_F32, &t), KILN_ERROR_OUT_OF_MEMORY, "kiln_tensor_empty",
+                    "4 bytes");
+  kiln_tensor_free(full);
+  assert_kiln_ok(kiln_tensor_empty(ctx, 2, shape, TEST_F32, &t));
+  kiln_tensor_free(t);
+  kiln_context_destroy(ctx);
+}
+
+static void noimage(void) {
+  /* The third image has no code for the device: creation fails naming the device and its
+   * architecture, and the two images already loaded are unloaded again. */
+  for (int attempt = 1; attempt <= 2; attempt++) {
+    kiln_context *ctx = (kiln_context *)0x1;
+    assert_kiln_fails(kiln_context_create(kDLCUDA, 0, &ctx), KILN_ERROR_NO_KERNEL_IMAGE, "kiln_context_create",
+                      "kernel image", "has no code for " FAKE_NAME, "sm_90", "error 209");
+    assert_null(ctx);
+    assert_int_equal(fake("library_loads"), 2 * attempt);
+    assert_fake_clean();
+  }
+}
+
+static void badordinal(void) {
+  /* The ordinal exists: a tensor that claims device 3 is refused by ops and copies, naming both
+   * ordinals. */
+  kiln_context *ctx = create_device_0();
+  DLManagedTensorVersioned *src = empty(ctx, TEST_F32, 8, 8), *dst = empty(ctx, TEST_F16, 8, 8);
+  DLTensor on3 = src->dl_tensor;
+  on3.device.device_id = 3;
+  assert_kiln_fails(kiln_cast(ctx, &on3, &dst->dl_tensor, NULL), KILN_ERROR_INVALID_ARGUMENT, "kiln_cast", "src",
+                    "kDLCUDA:3", "kDLCUDA:0");
+  assert_kiln_fails(kiln_tensor_copy(ctx, &on3, &src->dl_tensor, NULL), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_tensor_copy", "src", "kDLCUDA:3", "kDLCUDA:0");
+  on3 = dst->dl_tensor;
+  on3.device.device_id = 3;
+  assert_kiln_fails(kiln_tensor_copy(ctx, &dst->dl_tensor, &on3, NULL), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_tensor_copy", "dst", "kDLCUDA:3", "kDLCUDA:0");
+  kiln_tensor_free(src);
+  kiln_tensor_free(dst);
+  kiln_context_destroy(ctx);
+}
+
+static void launchfail(void) {
+  kiln_context *ctx = create_device_0();
+  CUstream s = NULL;
+  assert_kiln_ok(kiln_stream_create(ctx, &s));
+  DLManagedTensorVersioned *a = empty(ctx, TEST_F16, 64, 64), *b = empty(ctx, TEST_F16, 64, 64);
+  DLManagedTensorVersioned *c = empty(ctx, TEST_F32, 64, 64);
+  assert_kiln_fails(kiln_cast(ctx, &a->dl_tensor, &c->dl_tensor, s), KILN_ERROR_CUDA, "kiln_cast", "cuLaunchKernel",
+                    "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle", "is the stream valid", FAKE_NAME,
+                    "ordinal 0");
+  assert_kiln_fails(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, NULL, NULL), KILN_ERROR_CUDA,
+                    "kiln_matmul", "cuLaunchKernel", "CUDA_ERROR_INVALID_HANDLE");
+  kiln_matmul_opts opts = kiln_matmul_opts_default();
+  opts.algo = KILN_MATMUL_MMA_SYNC;
+  assert_kiln_fails(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &opts, s), KILN_ERROR_CUDA,
+                    "kiln_matmul", "cuLaunchKernel", "CUDA_ERROR_INVALID_HANDLE");
+  assert_int_equal(fake("context_depth"), 0);
+  /* The context stays usable for everything but launches: allocate, copy, free. */
+  DLManagedTensorVersioned *d = empty(ctx, TEST_F16, 64, 64);
+  assert_kiln_ok(kiln_tensor_copy(ctx, &a->dl_tensor, &d->dl_tensor, s));
+  assert_kiln_ok(kiln_stream_synchronize(ctx, s));
+  kiln_tensor_free(a);
+  kiln_tensor_free(b);
+  kiln_tensor_free(c);
+  kiln_tensor_free(d);
+  assert_kiln_ok(kiln_stream_destroy(ctx, s));
+  kiln_context_destroy(ctx);
+}
+
+static void fake_device(void **state) {
+  (void)state;
+  int n = -1;
+  assert_kiln_ok(kiln_device_count(&n));
+  assert_int_equal(n, 1);
+  /* kiln loaded the fake (dlopen of the same path finds that copy) */
+  fake_lib = dlopen(getenv("KILN_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  assert_non_null(fake_lib);
+  assert_fake_clean();
+
+  /* Any build: an ordinal beyond the one device, or negative, names itself and the count, and
+   * retains nothing. */
+  kiln_context *ctx = (kiln_context *)0x1;
+  assert_kiln_fails(kiln_context_create(kDLCUDA, 3, &ctx), KILN_ERROR_NO_DEVICE, "kiln_context_create",
+                    "ordinal is 3", "1 CUDA device;", "expected 0..0");
+  assert_null(ctx);
+  assert_kiln_fails(kiln_context_create(kDLCUDA, -1, &ctx), KILN_ERROR_NO_DEVICE, "kiln_context_create",
+                    "ordinal is -1", "1 CUDA device;");
+  assert_fake_clean();
+
+  if (!kiln_build_has_kernels()) {
+    /* The whole device is queried, then creation stops at the missing images, releasing the
+     * primary context it retained. */
+    assert_kiln_fails(kiln_context_create(kDLCUDA, 0, &ctx), KILN_ERROR_NO_KERNEL_IMAGE, "kiln_context_create",
+                      "built without nvcc");
+    assert_null(ctx);
+    assert_int_equal(fake("library_loads"), 0);
+    assert_fake_clean();
+    dlclose(fake_lib);
+    printf("SKIP: this build has no GPU kernels (built without nvcc): checked only bad ordinals and context "
+           "creation on the fake device; the %s checks past context creation need a build with kernels\n",
+           fault);
+    exit(KILN_TEST_SKIP);
+  }
+
+  if (!strcmp(fault, "healthy")) healthy();
+  else if (!strcmp(fault, "oom")) oom();
+  else if (!strcmp(fault, "noimage")) noimage();
+  else if (!strcmp(fault, "badordinal")) badordinal();
+  else if (!strcmp(fault, "launchfail")) launchfail();
+  else fail_msg("unknown fault \"%s\"", fault);
+  assert_fake_clean();
+
+  /* The CPU is unaffected. */
+  assert_kiln_ok(kiln_context_create(kDLCPU, 0, &ctx));
+  kiln_context_destroy(ctx);
+  dlclose(fake_lib);
+}
+
 int main(int argc, char **argv) {
   fault = argc > 1 ? argv[1] : "old";
-  const struct CMUnitTest tests[] = {cmocka_unit_test(driver_fault)};
-  return cmocka_run_group_tests_name(fault, tests, NULL, NULL);
+  const char *env = getenv("FAKE_CUDA_MODE");
+  if (!env || strcmp(env, fault)) {
+    fprintf(stderr, "test_driver_faults %s: FAKE_CUDA_MODE must be \"%s\" too (it is \"%s\")\n", fault, fault,
+            env ? env : "");
+    return 1;
+  }
+  const int unusable_driver = !strcmp(fault, "old") || !strcmp(fault, "missing") || !strcmp(fault, "nodevice");
+  const struct CMUnitTest driver[] = {cmocka_unit_test(driver_fault)};
+  const struct CMUnitTest device[] = {cmocka_unit_test(fake_device)};
+  return unusable_driver ? cmocka_run_group_tests_name(fault, driver, NULL, NULL)
+                         : cmocka_run_group_tests_name(fault, device, NULL, NULL);
 }

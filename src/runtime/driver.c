@@ -94,7 +94,7 @@ static void load_driver(void) {
     LOAD_FAIL(r == CUDA_ERROR_NO_DEVICE ? KILN_ERROR_NO_DEVICE : KILN_ERROR_CUDA,
                             "cuInit failed with %s (%d): the driver is loaded but no usable CUDA device was "
                             "found; check nvidia-smi, or use a CPU context (kDLCPU)",
-                            name, (int)r);
+                            name ? name : "?", (int)r); /* NULL for a code the driver cannot name */
     /* keep the library loaded: the table is valid, only devices are missing */
     return;
   }

@@ -196,9 +196,15 @@ kiln_status kiln_tensor_copy(kiln_context *ctx, const DLTensor *src, const DLTen
     memmove(kiln_tensor_data(dst), kiln_tensor_data(src), bytes);
     return KILN_OK;
   }
-  if ((!host_src && src->device.device_id != ctx->ordinal) || (!host_dst && dst->device.device_id != ctx->ordinal))
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: a tensor is on another CUDA device than the context's (%d)", op,
-                     ctx->ordinal);
+  /* Name the tensor and both ordinals, as kiln_check_tensor does for ops (the message used to
+   * give only the context's ordinal, not which tensor or where it is). */
+  const bool src_elsewhere = !host_src && src->device.device_id != ctx->ordinal;
+  if (src_elsewhere || (!host_dst && dst->device.device_id != ctx->ordinal))
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: %s is on kDLCUDA:%d but the context is for kDLCUDA:%d; move the tensor to cuda:%d or use "
+                     "that device's context",
+                     op, src_elsewhere ? "src" : "dst", (int)(src_elsewhere ? src : dst)->device.device_id,
+                     ctx->ordinal, ctx->ordinal);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
   CUresult r = ctx->cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)kiln_tensor_data(dst),

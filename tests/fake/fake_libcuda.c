@@ -1,52 +1,579 @@
 /*
- * fake_libcuda.c — a stand-in for libcuda.so.1 that lets host tests drive kiln's driver-loading
- * fault paths on a machine without a GPU (selected by KILN_LIBCUDA=path/to/this.so).
+ * fake_libcuda.c — a stand-in for libcuda.so.1 that lets host tests drive kiln's driver paths on a
+ * machine without a GPU (selected by KILN_LIBCUDA=path/to/this.so).
+ *
+ * It answers every entry point kiln resolves (KILN_CUDA_FUNCTIONS in src/runtime/cuda_driver.h)
+ * and impersonates one working sm_90 device: device memory is host memory (aligned_alloc, so
+ * copies and memsets really move bytes), kernel libraries, streams and events are handles it
+ * tracks, and a launch checks its arguments and does nothing. It is strict where a real driver
+ * is: calls that need a current context fail with CUDA_ERROR_INVALID_CONTEXT without one, an
+ * unknown or destroyed stream, library or function is CUDA_ERROR_INVALID_HANDLE, an ordinal other
+ * than 0 is CUDA_ERROR_INVALID_DEVICE.
+ *
  * FAKE_CUDA_MODE picks the fault:
  *   old        cuDriverGetVersion reports 11.8 (too old for cuLibraryLoadData)
  *   missing    cuGetProcAddress knows no cuLibraryLoadData (an old driver's symbol table)
  *   nodevice   cuInit fails with CUDA_ERROR_NO_DEVICE (a driver without GPUs)
+ *   healthy    no fault: the one device works (the control for the modes below)
+ *   oom        the device has 1 MiB of memory: a larger cuMemAlloc is CUDA_ERROR_OUT_OF_MEMORY
+ *   noimage    cuLibraryLoadData fails with CUDA_ERROR_NO_BINARY_FOR_GPU while two libraries are
+ *              loaded: the first two images load, the third fails, so a partial load must be undone
+ *   badordinal no fault of its own (one device, ordinal 0); the test asks for ordinal 3
+ *   launchfail cuLaunchKernel fails with CUDA_ERROR_INVALID_HANDLE (what a destroyed stream gives)
+ *
+ * The tests read the fake's bookkeeping through the exported fake_cuda_* functions below
+ * (dlopen of the same path with RTLD_NOLOAD, then dlsym).
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef int CUresult;
 
+#define EXPORT __attribute__((visibility("default")))
+
+enum {
+  OK = 0,
+  E_INVALID_VALUE = 1,
+  E_OUT_OF_MEMORY = 2,
+  E_NOT_INITIALIZED = 3,
+  E_NO_DEVICE = 100,
+  E_INVALID_DEVICE = 101,
+  E_INVALID_CONTEXT = 201,
+  E_NO_BINARY_FOR_GPU = 209,
+  E_INVALID_HANDLE = 400,
+  E_NOT_FOUND = 500,
+  E_UNKNOWN = 999,
+};
+
+static const struct {
+  CUresult code;
+  const char *name, *text;
+} errors[] = {
+    {OK, "CUDA_SUCCESS", "no error"},
+    {E_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {E_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {E_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {E_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {E_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {E_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {E_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+    {E_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {E_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {E_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
 static const char *mode(void) {
   const char *m = getenv("FAKE_CUDA_MODE");
   return m ? m : "";
 }
+static int is_mode(const char *m) { return strcmp(mode(), m) == 0; }
 
-static CUresult fake_version(int *v) {
-  *v = strcmp(mode(), "old") == 0 ? 11080 : 13000;
+/* ---- the device ---------------------------------------------------------------------------- */
+#define FAKE_NAME "Fake H200 (tests/fake/fake_libcuda.c)"
+#define FAKE_TOTAL_MEMORY (143771ull << 20) /* what an H200 reports */
+#define FAKE_OOM_MEMORY (1ull << 20)        /* the device of mode oom */
+#define FAKE_SMEM_OPTIN 232448              /* 227 KiB, sm_90 */
+
+static int device_count(void) { return is_mode("nodevice") ? 0 : 1; }
+static size_t memory_limit(void) { return is_mode("oom") ? FAKE_OOM_MEMORY : FAKE_TOTAL_MEMORY; }
+
+/* Everything below is guarded by one lock (kiln may call from several threads). */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int initialized, primary_retains, library_loads, live_libraries, live_streams, live_events;
+
+/* Device allocations: a list of (pointer, size). */
+typedef struct allocation {
+  struct allocation *next;
+  uintptr_t ptr;
+  size_t bytes;
+} allocation;
+static allocation *allocations;
+static int live_allocations;
+static size_t live_bytes;
+
+/* Libraries, streams and events are handles from a counter (never reused, so a destroyed one
+ * stays invalid); live ones are kept in small tables. */
+#define FAKE_MAX_HANDLES 256
+static uintptr_t libraries[FAKE_MAX_HANDLES], streams[FAKE_MAX_HANDLES], events[FAKE_MAX_HANDLES];
+static uintptr_t next_handle = 0x10000;
+
+static int handle_add(uintptr_t *table, uintptr_t h) {
+  for (int i = 0; i < FAKE_MAX_HANDLES; i++)
+    if (!table[i]) return table[i] = h, 1;
   return 0;
 }
+static int handle_find(const uintptr_t *table, uintptr_t h) {
+  if (!h) return -1;
+  for (int i = 0; i < FAKE_MAX_HANDLES; i++)
+    if (table[i] == h) return i;
+  return -1;
+}
+
+/* The primary context of device 0, and each thread's context stack. */
+static struct {
+  int unused;
+} primary_context;
+#define PRIMARY ((void *)&primary_context)
+static _Thread_local void *ctx_stack[16];
+static _Thread_local int ctx_depth;
+
+static CUresult need_context(void) {
+  if (!initialized) return E_NOT_INITIALIZED;
+  if (ctx_depth == 0 || ctx_stack[ctx_depth - 1] != PRIMARY) return E_INVALID_CONTEXT;
+  return primary_retains > 0 ? OK : E_INVALID_CONTEXT; /* a released primary context is inactive */
+}
+static CUresult need_device(int dev) {
+  if (!initialized) return E_NOT_INITIALIZED;
+  return dev >= 0 && dev < device_count() ? OK : E_INVALID_DEVICE;
+}
+/* A stream argument: NULL (the legacy default stream) or a live stream. Caller holds the lock. */
+static CUresult check_stream(void *stream) {
+  return !stream || handle_find(streams, (uintptr_t)stream) >= 0 ? OK : E_INVALID_HANDLE;
+}
+/* [p, p + n) inside one live allocation, or host memory we cannot check (unified addressing:
+ * kiln passes host pointers to cuMemcpyAsync). Caller holds the lock. */
+static const allocation *find_allocation(uintptr_t p) {
+  for (const allocation *a = allocations; a; a = a->next)
+    if (p >= a->ptr && p < a->ptr + a->bytes) return a;
+  return NULL;
+}
+
+#define LOCKED(expr)              \
+  do {                            \
+    pthread_mutex_lock(&lock);    \
+    CUresult r_ = (expr);         \
+    pthread_mutex_unlock(&lock);  \
+    return r_;                    \
+  } while (0)
+
+/* ---- entry points ---------------------------------------------------------------------------- */
 static CUresult fake_init(unsigned flags) {
-  (void)flags;
-  return strcmp(mode(), "nodevice") == 0 ? 100 /* CUDA_ERROR_NO_DEVICE */ : 0;
+  if (flags) return E_INVALID_VALUE;
+  if (is_mode("nodevice")) return E_NO_DEVICE;
+  pthread_mutex_lock(&lock);
+  initialized = 1;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+static CUresult fake_driver_version(int *v) {
+  if (!v) return E_INVALID_VALUE;
+  *v = is_mode("old") ? 11080 : 13000;
+  return OK;
 }
 static CUresult fake_error_name(CUresult r, const char **s) {
-  *s = r == 100 ? "CUDA_ERROR_NO_DEVICE" : "CUDA_ERROR_UNKNOWN";
-  return 0;
+  for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+    if (errors[i].code == r) return *s = errors[i].name, OK;
+  *s = NULL; /* what the real driver does for a code it does not know */
+  return E_INVALID_VALUE;
 }
-static CUresult fake_count(int *n) {
-  *n = 0;
-  return 0;
+static CUresult fake_error_string(CUresult r, const char **s) {
+  for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+    if (errors[i].code == r) return *s = errors[i].text, OK;
+  *s = NULL;
+  return E_INVALID_VALUE;
 }
-static CUresult fake_other(void) { return 999; /* CUDA_ERROR_UNKNOWN: never reached by the tests */ }
-
-__attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
-                                                                     uint64_t flags, int *status) {
-  (void)version, (void)flags;
-  if (status) *status = 0;
-  if (strcmp(mode(), "missing") == 0 && strcmp(symbol, "cuLibraryLoadData") == 0) {
-    *pfn = NULL;
-    return 500; /* CUDA_ERROR_NOT_FOUND */
+static CUresult fake_device_count(int *n) {
+  if (!n) return E_INVALID_VALUE;
+  *n = device_count();
+  return initialized || is_mode("nodevice") ? OK : E_NOT_INITIALIZED;
+}
+static CUresult fake_device_get(int *dev, int ordinal) {
+  CUresult r = need_device(ordinal);
+  if (r == OK) *dev = ordinal;
+  return r;
+}
+static CUresult fake_device_name(char *name, int len, int dev) {
+  CUresult r = need_device(dev);
+  if (r != OK) return r;
+  if (!name || len <= 0) return E_INVALID_VALUE;
+  strncpy(name, FAKE_NAME, (size_t)len - 1);
+  name[len - 1] = '\0';
+  return OK;
+}
+static CUresult fake_device_attribute(int *value, int attrib, int dev) {
+  CUresult r = need_device(dev);
+  if (r != OK) return r;
+  switch (attrib) {
+  case 16: *value = 132; break;             /* MULTIPROCESSOR_COUNT */
+  case 38: *value = 50 << 20; break;        /* L2_CACHE_SIZE */
+  case 41: *value = 1; break;               /* UNIFIED_ADDRESSING */
+  case 75: *value = 9; break;               /* COMPUTE_CAPABILITY_MAJOR */
+  case 76: *value = 0; break;               /* COMPUTE_CAPABILITY_MINOR */
+  case 97: *value = FAKE_SMEM_OPTIN; break; /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
+  default: return E_INVALID_VALUE;          /* kiln asks for nothing else; a new query shows up here */
   }
-  if (!strcmp(symbol, "cuDriverGetVersion")) *pfn = (void *)fake_version;
-  else if (!strcmp(symbol, "cuInit")) *pfn = (void *)fake_init;
-  else if (!strcmp(symbol, "cuGetErrorName") || !strcmp(symbol, "cuGetErrorString")) *pfn = (void *)fake_error_name;
-  else if (!strcmp(symbol, "cuDeviceGetCount")) *pfn = (void *)fake_count;
-  else *pfn = (void *)fake_other;
-  return 0;
+  return OK;
 }
+static CUresult fake_device_total_mem(size_t *bytes, int dev) {
+  CUresult r = need_device(dev);
+  if (r == OK) *bytes = memory_limit();
+  return r;
+}
+static CUresult primary_retain(void **pctx, int dev) {
+  CUresult r = need_device(dev);
+  if (r != OK) return r;
+  primary_retains++;
+  *pctx = PRIMARY;
+  return OK;
+}
+static CUresult fake_primary_retain(void **pctx, int dev) { LOCKED(primary_retain(pctx, dev)); }
+static CUresult primary_release(int dev) {
+  CUresult r = need_device(dev);
+  if (r != OK) return r;
+  if (primary_retains <= 0) return E_INVALID_CONTEXT; /* released more often than retained */
+  primary_retains--;
+  return OK;
+}
+static CUresult fake_primary_release(int dev) { LOCKED(primary_release(dev)); }
+static CUresult fake_ctx_get_current(void **pctx) {
+  if (!initialized) return E_NOT_INITIALIZED;
+  *pctx = ctx_depth ? ctx_stack[ctx_depth - 1] : NULL;
+  return OK;
+}
+static CUresult fake_ctx_push(void *ctx) {
+  if (!initialized) return E_NOT_INITIALIZED;
+  if (ctx != PRIMARY) return E_INVALID_CONTEXT;
+  if (ctx_depth == (int)(sizeof ctx_stack / sizeof ctx_stack[0])) return E_UNKNOWN;
+  ctx_stack[ctx_depth++] = ctx;
+  return OK;
+}
+static CUresult fake_ctx_pop(void **pctx) {
+  if (!initialized) return E_NOT_INITIALIZED;
+  if (ctx_depth == 0) return E_INVALID_CONTEXT;
+  void *top = ctx_stack[--ctx_depth];
+  if (pctx) *pctx = top;
+  return OK;
+}
+static CUresult fake_ctx_synchronize(void) { LOCKED(need_context()); }
+
+static CUresult library_load(void **lib, const void *code) {
+  if (!initialized) return E_NOT_INITIALIZED;
+  if (!lib || !code) return E_INVALID_VALUE;
+  /* noimage: with two images loaded, the next has no code for this device (so each context
+   * creation loads two, fails on the third, and must unload the two) */
+  if (is_mode("noimage") && live_libraries >= 2) return E_NO_BINARY_FOR_GPU;
+  uintptr_t h = next_handle += 16;
+  if (!handle_add(libraries, h)) return E_OUT_OF_MEMORY;
+  library_loads++;
+  live_libraries++;
+  *lib = (void *)h;
+  return OK;
+}
+static CUresult fake_library_load_data(void **lib, const void *code, int *jo, void **jv, unsigned njo, int *lo,
+                                       void **lv, unsigned nlo) {
+  (void)jo, (void)jv, (void)lo, (void)lv;
+  if (njo || nlo) return E_INVALID_VALUE; /* kiln passes no options */
+  LOCKED(library_load(lib, code));
+}
+static CUresult library_unload(void *lib) {
+  int i = handle_find(libraries, (uintptr_t)lib);
+  if (i < 0) return E_INVALID_HANDLE;
+  libraries[i] = 0;
+  live_libraries--;
+  return OK;
+}
+static CUresult fake_library_unload(void *lib) { LOCKED(library_unload(lib)); }
+/* A kernel and its function are the library's handle itself: a launch through a function of an
+ * unloaded library is then CUDA_ERROR_INVALID_HANDLE. */
+static CUresult library_get_kernel(void **kernel, void *lib, const char *name) {
+  if (handle_find(libraries, (uintptr_t)lib) < 0) return E_INVALID_HANDLE;
+  if (!kernel || !name || !*name) return E_INVALID_VALUE;
+  *kernel = lib;
+  return OK;
+}
+static CUresult fake_library_get_kernel(void **kernel, void *lib, const char *name) {
+  LOCKED(library_get_kernel(kernel, lib, name));
+}
+static CUresult kernel_get_function(void **fn, void *kernel) {
+  CUresult r = need_context();
+  if (r != OK) return r;
+  if (handle_find(libraries, (uintptr_t)kernel) < 0) return E_INVALID_HANDLE;
+  *fn = kernel;
+  return OK;
+}
+static CUresult fake_kernel_get_function(void **fn, void *kernel) { LOCKED(kernel_get_function(fn, kernel)); }
+static CUresult func_get_attribute(int *value, int attrib, void *fn) {
+  if (handle_find(libraries, (uintptr_t)fn) < 0) return E_INVALID_HANDLE;
+  switch (attrib) {
+  case 1: *value = 0; break;  /* SHARED_SIZE_BYTES (static) */
+  case 3: *value = 0; break;  /* LOCAL_SIZE_BYTES */
+  case 4: *value = 64; break; /* NUM_REGS */
+  default: return E_INVALID_VALUE;
+  }
+  return OK;
+}
+static CUresult fake_func_get_attribute(int *value, int attrib, void *fn) {
+  LOCKED(func_get_attribute(value, attrib, fn));
+}
+static CUresult func_set_attribute(void *fn, int attrib, int value) {
+  if (handle_find(libraries, (uintptr_t)fn) < 0) return E_INVALID_HANDLE;
+  if (attrib != 8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */ || value < 0 || value > FAKE_SMEM_OPTIN) return E_INVALID_VALUE;
+  return OK;
+}
+static CUresult fake_func_set_attribute(void *fn, int attrib, int value) {
+  LOCKED(func_set_attribute(fn, attrib, value));
+}
+static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned smem, void *stream, void **params, void **extra) {
+  CUresult r = need_context();
+  if (r != OK) return r;
+  if (is_mode("launchfail")) return E_INVALID_HANDLE;
+  if (handle_find(libraries, (uintptr_t)fn) < 0) return E_INVALID_HANDLE;
+  if ((r = check_stream(stream)) != OK) return r;
+  if (!gx || !gy || !gz || gy > 65535 || gz > 65535 || !bx || !by || !bz || (uint64_t)bx * by * bz > 1024 ||
+      smem > FAKE_SMEM_OPTIN || (!params && !extra))
+    return E_INVALID_VALUE;
+  return OK; /* the kernel "ran" */
+}
+static CUresult fake_launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned smem, void *stream, void **params, void **extra) {
+  LOCKED(launch(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra));
+}
+
+static CUresult mem_alloc(uint64_t *ptr, size_t bytes) {
+  CUresult r = need_context();
+  if (r != OK) return r;
+  if (!ptr || !bytes) return E_INVALID_VALUE;
+  if (bytes > memory_limit() - live_bytes) return E_OUT_OF_MEMORY;
+  size_t rounded = (bytes + 255) & ~(size_t)255; /* cuMemAlloc is 256-byte aligned */
+  allocation *a = malloc(sizeof *a);
+  void *p = a && rounded >= bytes ? aligned_alloc(256, rounded) : NULL;
+  if (!p) {
+    free(a);
+    return E_OUT_OF_MEMORY;
+  }
+  *a = (allocation){allocations, (uintptr_t)p, bytes};
+  allocations = a;
+  live_allocations++;
+  live_bytes += bytes;
+  *ptr = (uint64_t)(uintptr_t)p;
+  return OK;
+}
+static CUresult fake_mem_alloc(uint64_t *ptr, size_t bytes) { LOCKED(mem_alloc(ptr, bytes)); }
+static CUresult mem_free(uint64_t ptr) {
+  CUresult r = need_context();
+  if (r != OK) return r;
+  for (allocation **pa = &allocations; *pa; pa = &(*pa)->next) {
+    allocation *a = *pa;
+    if (a->ptr == (uintptr_t)ptr) {
+      *pa = a->next;
+      live_allocations--;
+      live_bytes -= a->bytes;
+      free((void *)a->ptr);
+      free(a);
+      return OK;
+    }
+  }
+  return E_INVALID_VALUE; /* not an allocation's base, or freed twice */
+}
+static CUresult fake_mem_free(uint64_t ptr) { LOCKED(mem_free(ptr)); }
+static CUresult mem_get_info(size_t *free_bytes, size_t *total_bytes) {
+  CUresult r = need_context();
+  if (r != OK) return r;
+  *free_bytes = memory_limit() - live_bytes;
+  *total_bytes = memory_limit();
+  return OK;
+}
+static CUresult fake_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
+  LOCKED(mem_get_info(free_bytes, total_bytes));
+}
+/* A device range must lie inside one allocation; other addresses are taken as host memory. */
+static CUresult check_range(uint64_t p, size_t bytes) {
+  const allocation *a = find_allocation((uintptr_t)p);
+  return !a || (uintptr_t)p + bytes <= a->ptr + a->bytes ? OK : E_INVALID_VALUE;
+}
+static CUresult memcpy_async(uint64_t dst, uint64_t src, size_t bytes, void *stream) {
+  CUresult r = need_context();
+  if (r == OK) r = check_stream(stream);
+  if (r == OK) r = check_range(dst, bytes);
+  if (r == OK) r = check_range(src, bytes);
+  if (r == OK && bytes) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+  return r;
+}
+static CUresult fake_memcpy_async(uint64_t dst, uint64_t src, size_t bytes, void *stream) {
+  LOCKED(memcpy_async(dst, src, bytes, stream));
+}
+static CUresult memset_async(uint64_t dst, uint32_t value, size_t n, size_t width, void *stream) {
+  CUresult r = need_context();
+  if (r == OK) r = check_stream(stream);
+  if (r == OK && (dst % width || !find_allocation((uintptr_t)dst))) r = E_INVALID_VALUE;
+  if (r == OK) r = check_range(dst, n * width);
+  if (r != OK) return r;
+  unsigned char *p = (unsigned char *)(uintptr_t)dst;
+  for (size_t i = 0; i < n; i++) memcpy(p + i * width, &value, width); /* little-endian: the low bytes */
+  return OK;
+}
+static CUresult fake_memset_d8(uint64_t dst, unsigned char v, size_t n, void *stream) {
+  LOCKED(memset_async(dst, v, n, 1, stream));
+}
+static CUresult fake_memset_d16(uint64_t dst, unsigned short v, size_t n, void *stream) {
+  LOCKED(memset_async(dst, v, n, 2, stream));
+}
+static CUresult fake_memset_d32(uint64_t dst, unsigned int v, size_t n, void *stream) {
+  LOCKED(memset_async(dst, v, n, 4, stream));
+}
+
+static CUresult stream_create(void **stream, unsigned flags) {
+  CUresult r = need_context();
+  if (r != OK) return r;
+  if (!stream || flags > 1) return E_INVALID_VALUE;
+  uintptr_t h = next_handle += 16;
+  if (!handle_add(streams, h)) return E_OUT_OF_MEMORY;
+  live_streams++;
+  *stream = (void *)h;
+  return OK;
+}
+static CUresult fake_stream_create(void **stream, unsigned flags) { LOCKED(stream_create(stream, flags)); }
+static CUresult stream_destroy(void *stream) {
+  int i = handle_find(streams, (uintptr_t)stream);
+  if (i < 0) return E_INVALID_HANDLE;
+  streams[i] = 0;
+  live_streams--;
+  return OK;
+}
+static CUresult fake_stream_destroy(void *stream) { LOCKED(stream_destroy(stream)); }
+static CUresult stream_synchronize(void *stream) {
+  CUresult r = stream ? OK : need_context(); /* the legacy stream is the current context's */
+  return r == OK ? check_stream(stream) : r;
+}
+static CUresult fake_stream_synchronize(void *stream) { LOCKED(stream_synchronize(stream)); }
+
+static CUresult event_create(void **event, unsigned flags) {
+  CUresult r = need_context();
+  if (r != OK) return r;
+  if (!event || flags > 15) return E_INVALID_VALUE;
+  uintptr_t h = next_handle += 16;
+  if (!handle_add(events, h)) return E_OUT_OF_MEMORY;
+  live_events++;
+  *event = (void *)h;
+  return OK;
+}
+static CUresult fake_event_create(void **event, unsigned flags) { LOCKED(event_create(event, flags)); }
+static CUresult event_check(void *event) { return handle_find(events, (uintptr_t)event) >= 0 ? OK : E_INVALID_HANDLE; }
+static CUresult event_record(void *event, void *stream) {
+  CUresult r = event_check(event);
+  return r == OK ? check_stream(stream) : r;
+}
+static CUresult fake_event_record(void *event, void *stream) { LOCKED(event_record(event, stream)); }
+static CUresult fake_event_synchronize(void *event) { LOCKED(event_check(event)); }
+static CUresult event_elapsed(float *ms, void *start, void *end) {
+  CUresult r = event_check(start);
+  if (r == OK) r = event_check(end);
+  if (r == OK) *ms = 0.001f;
+  return r;
+}
+static CUresult fake_event_elapsed(float *ms, void *start, void *end) { LOCKED(event_elapsed(ms, start, end)); }
+static CUresult event_destroy(void *event) {
+  int i = handle_find(events, (uintptr_t)event);
+  if (i < 0) return E_INVALID_HANDLE;
+  events[i] = 0;
+  live_events--;
+  return OK;
+}
+static CUresult fake_event_destroy(void *event) { LOCKED(event_destroy(event)); }
+
+static CUresult occupancy_clusters(int *clusters, void *fn, const void *config) {
+  CUresult r = need_context();
+  if (r != OK) return r;
+  if (handle_find(libraries, (uintptr_t)fn) < 0) return E_INVALID_HANDLE;
+  if (!clusters || !config) return E_INVALID_VALUE;
+  *clusters = 66;
+  return OK;
+}
+static CUresult fake_occupancy_clusters(int *clusters, void *fn, const void *config) {
+  LOCKED(occupancy_clusters(clusters, fn, config));
+}
+static CUresult fake_tensor_map_encode(void *map, int dtype, uint32_t rank, void *address, const uint64_t *dims,
+                                       const uint64_t *strides, const uint32_t *box, const uint32_t *element_strides,
+                                       int interleave, int swizzle, int l2, int oob) {
+  (void)dtype, (void)interleave, (void)swizzle, (void)l2, (void)oob;
+  if (!map || rank < 1 || rank > 5 || !address || !dims || (rank > 1 && !strides) || !box || !element_strides)
+    return E_INVALID_VALUE;
+  for (uint32_t i = 0; i + 1 < rank; i++)
+    if (strides[i] % 16) return E_INVALID_VALUE; /* TMA strides are multiples of 16 bytes */
+  memset(map, 0, 128);
+  memcpy(map, &address, sizeof address);
+  return OK;
+}
+
+/* ---- cuGetProcAddress ---------------------------------------------------------------------- */
+static const struct {
+  const char *name;
+  void *fn;
+} entry_points[] = {
+    {"cuInit", (void *)fake_init},
+    {"cuDriverGetVersion", (void *)fake_driver_version},
+    {"cuGetErrorName", (void *)fake_error_name},
+    {"cuGetErrorString", (void *)fake_error_string},
+    {"cuDeviceGetCount", (void *)fake_device_count},
+    {"cuDeviceGet", (void *)fake_device_get},
+    {"cuDeviceGetName", (void *)fake_device_name},
+    {"cuDeviceGetAttribute", (void *)fake_device_attribute},
+    {"cuDeviceTotalMem", (void *)fake_device_total_mem},
+    {"cuDevicePrimaryCtxRetain", (void *)fake_primary_retain},
+    {"cuDevicePrimaryCtxRelease", (void *)fake_primary_release},
+    {"cuCtxGetCurrent", (void *)fake_ctx_get_current},
+    {"cuCtxPushCurrent", (void *)fake_ctx_push},
+    {"cuCtxPopCurrent", (void *)fake_ctx_pop},
+    {"cuCtxSynchronize", (void *)fake_ctx_synchronize},
+    {"cuLibraryLoadData", (void *)fake_library_load_data},
+    {"cuLibraryUnload", (void *)fake_library_unload},
+    {"cuLibraryGetKernel", (void *)fake_library_get_kernel},
+    {"cuKernelGetFunction", (void *)fake_kernel_get_function},
+    {"cuFuncGetAttribute", (void *)fake_func_get_attribute},
+    {"cuFuncSetAttribute", (void *)fake_func_set_attribute},
+    {"cuLaunchKernel", (void *)fake_launch},
+    {"cuMemAlloc", (void *)fake_mem_alloc},
+    {"cuMemFree", (void *)fake_mem_free},
+    {"cuMemGetInfo", (void *)fake_mem_get_info},
+    {"cuMemcpyAsync", (void *)fake_memcpy_async},
+    {"cuMemsetD8Async", (void *)fake_memset_d8},
+    {"cuMemsetD16Async", (void *)fake_memset_d16},
+    {"cuMemsetD32Async", (void *)fake_memset_d32},
+    {"cuStreamCreate", (void *)fake_stream_create},
+    {"cuStreamDestroy", (void *)fake_stream_destroy},
+    {"cuStreamSynchronize", (void *)fake_stream_synchronize},
+    {"cuEventCreate", (void *)fake_event_create},
+    {"cuEventRecord", (void *)fake_event_record},
+    {"cuEventSynchronize", (void *)fake_event_synchronize},
+    {"cuEventElapsedTime", (void *)fake_event_elapsed},
+    {"cuEventDestroy", (void *)fake_event_destroy},
+    {"cuOccupancyMaxActiveClusters", (void *)fake_occupancy_clusters},
+    {"cuTensorMapEncodeTiled", (void *)fake_tensor_map_encode},
+};
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
+  (void)version, (void)flags;
+  *pfn = NULL;
+  if (status) *status = 1; /* CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND */
+  if (is_mode("missing") && strcmp(symbol, "cuLibraryLoadData") == 0) return E_NOT_FOUND;
+  for (size_t i = 0; i < sizeof entry_points / sizeof entry_points[0]; i++)
+    if (!strcmp(symbol, entry_points[i].name)) {
+      *pfn = entry_points[i].fn;
+      if (status) *status = 0; /* CU_GET_PROC_ADDRESS_SUCCESS */
+      return OK;
+    }
+  return E_NOT_FOUND; /* an entry point kiln added without teaching the fake: the load fails, naming it */
+}
+
+/* ---- the fake's bookkeeping, for the tests -------------------------------------------------- */
+static int read_counter(const int *c) {
+  pthread_mutex_lock(&lock);
+  int v = *c;
+  pthread_mutex_unlock(&lock);
+  return v;
+}
+/* Device allocations not yet freed. */
+EXPORT int fake_cuda_live_allocations(void) { return read_counter(&live_allocations); }
+/* Libraries loaded and not unloaded; successful loads in all. */
+EXPORT int fake_cuda_live_libraries(void) { return read_counter(&live_libraries); }
+EXPORT int fake_cuda_library_loads(void) { return read_counter(&library_loads); }
+/* Retains of the primary context not yet released. */
+EXPORT int fake_cuda_primary_retains(void) { return read_counter(&primary_retains); }
+/* Streams and events created and not destroyed. */
+EXPORT int fake_cuda_live_streams(void) { return read_counter(&live_streams); }
+EXPORT int fake_cuda_live_events(void) { return read_counter(&live_events); }
+/* Contexts pushed on the calling thread and not popped. */
+EXPORT int fake_cuda_context_depth(void) { return ctx_depth; }
