@@ -46,7 +46,7 @@
  * flight: ~32 KB per SM at U = 4, which Little's law asks for at ~4 TB/s and ~1 µs of loaded
  * DRAM latency. int4 zeros and scales are loaded with the first chunk of their group only.
  */
-#include "gemm_sm80.cuh"
+#include "common.cuh"
 
 namespace kiln {
 namespace wa16 {
@@ -55,13 +55,21 @@ constexpr int THREADS = KILN_WA16_THREADS, WARPS = THREADS / 32, COLS = 32; /* W
 
 /* ---- lane arithmetic ------------------------------------------------------------------------ */
 
-/* byte permute (PRMT); the intrinsic, not asm, so constant operands fold */
-KILN_DEVICE uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) { return __byte_perm(a, b, sel); }
+KILN_DEVICE uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
 
-/* (a & b) | c in one LOP3. */
+/* (a & b) | c and (a & b) ^ c in one LOP3 each. */
 KILN_DEVICE uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t r;
   asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+KILN_DEVICE uint32_t and_xor(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6a;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
   return r;
 }
 
@@ -83,11 +91,18 @@ KILN_DEVICE uint32_t fma16(uint32_t a, uint32_t b, uint32_t c) {
   return r;
 }
 
-/* The MMA is gemm_sm80.cuh's m16n8k16 with B given as two registers. */
 template <bool BF16>
 KILN_DEVICE void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  const uint32_t b[2] = {b0, b1};
-  mma_16816<BF16>(d, a, b);
+  if (BF16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* Two int8 weights as a 16-bit pair, exactly: byte IA of (a, b) (0..7, prmt numbering) in the low
@@ -153,14 +168,12 @@ KILN_DEVICE void load_x(uint32_t (&w)[V / 2], const kiln_qkv_args &a, const int3
     }
     return;
   }
-  if constexpr (!FAST) {
 #pragma unroll
-    for (int i = 0; i < V; i++)
-      if (k + i < a.k) {
-        const int64_t c = perm ? perm[k + i] : k + i;
-        w[i / 2] |= (uint32_t)__ldg(xrow + c * a.x_cs) << (16 * (i % 2));
-      }
-  }
+  for (int i = 0; i < V; i++)
+    if (k + i < a.k) {
+      const int64_t c = perm ? perm[k + i] : k + i;
+      w[i / 2] |= (uint32_t)__ldg(xrow + c * a.x_cs) << (16 * (i % 2));
+    }
 }
 
 /* ---- weight policies ---------------------------------------------------------------------------
