@@ -397,19 +397,31 @@ KILN_API kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweig
  * weight's values are checked before anything is written (perm a permutation of 0..K-1, zeros
  * 0..16); on a GPU they are the caller's contract (kiln's importers and quantizer keep it). */
 typedef enum kiln_int4_algo {
-  KILN_INT4_AUTO = 0,    /* the CPU path on a CPU context; on a GPU DECODE (PREFILL once it exists, for large M) */
+  KILN_INT4_AUTO = 0,    /* the CPU path on a CPU context; on a GPU PREFILL for large M when opts
+                          * give enough workspace, else DECODE */
   KILN_INT4_DECODE = 1,  /* GPU: weight-streaming GEMV-like kernel for small M (decode, M <= ~16) */
-  KILN_INT4_PREFILL = 2, /* GPU: tensor-core tiles with dequantization feeding the MMA (large M) */
+  KILN_INT4_PREFILL = 2, /* GPU: the weight dequantized into the workspace, then kiln_matmul (large M) */
 } kiln_int4_algo;
 
 typedef struct kiln_matmul_int4_opts {
   kiln_int4_algo algo; /* DECODE and PREFILL are GPU algorithms: UNSUPPORTED on a CPU context */
+  void *workspace;     /* PREFILL: device memory of the context's device, 256-byte aligned, of at
+                        * least kiln_matmul_int4_workspace_size bytes, not overlapping x, y or w;
+                        * NULL: none (AUTO then runs DECODE at every M) */
+  size_t workspace_bytes;
 } kiln_matmul_int4_opts;
 
 KILN_API kiln_matmul_int4_opts kiln_matmul_int4_opts_default(void);
+/* Bytes of workspace PREFILL needs for this call (the weight as x's dtype, [K, N]); 0 on a CPU
+ * context. Checks the same arguments as kiln_matmul_int4. */
+KILN_API kiln_status kiln_matmul_int4_workspace_size(kiln_context *ctx, const DLTensor *x, const kiln_qweight *w,
+                                                     const DLTensor *y, size_t *bytes);
 /* opts may be NULL (defaults). GPU (sm_80+): DECODE streams the weight once per 16 rows of x
- * (8 when M <= 8) with tensor cores on the exactly dequantized codes, fp32 sums, deterministic;
- * AUTO uses it at every M for now (no PREFILL kernel yet: UNSUPPORTED). */
+ * (8 when M <= 8) with tensor cores on the exactly dequantized codes, fp32 sums, deterministic.
+ * PREFILL writes w[k, n] = scale · (q − zero), rounded to x's dtype, into the workspace (rows
+ * in logical order: act-order undone) and runs kiln_matmul on it: the products use the rounded
+ * weights, so its bits differ from DECODE's in the last places (both within SPEC §5). AUTO picks
+ * PREFILL for M >= 128 when the workspace suffices. */
 KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qweight *w, const DLTensor *y,
                                       const kiln_matmul_int4_opts *opts, CUstream stream);
 

@@ -85,6 +85,10 @@ static void gweight_free(gweight *g) {
 /* ---------------------------------------------------------------------------------------- */
 /* The check                                                                                 */
 /* ---------------------------------------------------------------------------------------- */
+/* PREFILL multiplies weights rounded to x's dtype: each product may be off by this share of its
+ * magnitude (2^-11 f16, 2^-8 bf16); 0 for DECODE, whose products are exact. */
+static double g_weight_unit;
+
 static int check(const tmat *y, const double *ref, const double *mag, int64_t K, const char *what) {
   const int64_t M = y->rows, N = y->cols;
   double *got = malloc(sizeof(double) * (size_t)(M * N));
@@ -96,7 +100,7 @@ static int check(const tmat *y, const double *ref, const double *mag, int64_t K,
       in_view[tm_index(y, 0, m, n)] = 1;
       const double g = tm_get(y, 0, m, n), e = ref[m * N + n];
       got[m * N + n] = g;
-      const double acc = (double)K * 0x1p-24 * mag[m * N + n];
+      const double acc = ((double)K * 0x1p-24 + g_weight_unit) * mag[m * N + n];
       if (!(fabs(g - e) <= w16_ulp(y->dt, fabs(e) + acc) + acc)) {
         if (!bad) print_message("%s: y[%" PRId64 ", %" PRId64 "] = %.9g, reference %.12g\n", what, m, n, g, e);
         bad++;
@@ -130,6 +134,7 @@ typedef struct icase {
   DLDataType x, y;
   int x_layout, y_layout; /* ROW or COL */
   int64_t x_pad;          /* extra elements per leading dimension of x */
+  int prefill;            /* 1: algo PREFILL with a workspace, 2: AUTO with a workspace */
 } icase;
 
 static int run_case(const icase *c) {
@@ -147,7 +152,19 @@ static int run_case(const icase *c) {
   gmat gx, gy;
   gweight gw;
   gmat_up(&gx, &x), gmat_up(&gy, &y), gweight_up(&gw, &w.q);
-  const kiln_status st = kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, NULL, g_stream);
+  kiln_matmul_int4_opts opts = kiln_matmul_int4_opts_default();
+  DLManagedTensorVersioned *ws = NULL;
+  if (c->prefill) {
+    size_t bytes = 0;
+    assert_kiln_ok(kiln_matmul_int4_workspace_size(g_ctx, &gx.t, &gw.q, &gy.t, &bytes));
+    assert_int_equal(bytes, (size_t)(c->K * c->N * 2));
+    const int64_t n = (int64_t)bytes;
+    assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &n, U8, &ws));
+    opts.workspace = ws->dl_tensor.data, opts.workspace_bytes = bytes;
+    opts.algo = c->prefill == 1 ? KILN_INT4_PREFILL : KILN_INT4_AUTO;
+    g_weight_unit = c->x.code == kDLBfloat ? 0x1p-8 : 0x1p-11;
+  }
+  const kiln_status st = kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, &opts, g_stream);
   int ok = st == KILN_OK;
   if (!ok) {
     print_message("FAILED %s: kiln_matmul_int4 -> %s: %s\n", what, kiln_status_string(st), kiln_last_error());
@@ -158,6 +175,8 @@ static int run_case(const icase *c) {
     ok = check(&y, ref, mag, c->K, what);
     free(ref), free(wd);
   }
+  g_weight_unit = 0;
+  if (ws) kiln_tensor_free(ws);
   kiln_tensor_free(gx.dev), kiln_tensor_free(gy.dev), gweight_free(&gw);
   tm_free(&x), tm_free(&y), tq_free(&w);
   return ok;
@@ -183,7 +202,7 @@ static void groups_dtypes(void **state) {
       for (int xt = 0; xt < 2; xt++)
         for (int yt = 0; yt < 3; yt++) {
           const DLDataType xd = xt ? TEST_BF16 : TEST_F16, yd = yt == 0 ? TEST_F32 : yt == 1 ? TEST_F16 : TEST_BF16;
-          cs[n++] = (icase){1 + (g + yt) % 4 * 5, 256, 96, groups[g], sym, 0, xd, yd, ROW, ROW, 0};
+          cs[n++] = (icase){1 + (g + yt) % 4 * 5, 256, 96, groups[g], sym, 0, xd, yd, ROW, ROW, 0, 0};
         }
   const int failures = run_cases(cs, n);
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
@@ -195,14 +214,14 @@ static void groups_dtypes(void **state) {
 static void ragged_layouts_perm(void **state) {
   (void)state;
   const icase cs[] = {
-      {1, 64, 1, 32, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0},
-      {3, 40, 33, 40, 0, 0, TEST_F16, TEST_F16, ROW, ROW, 0},
-      {17, 8, 7, 8, 1, 0, TEST_BF16, TEST_F32, ROW, COL, 0},
-      {16, 264, 100, 264, 0, 1, TEST_F16, TEST_F32, ROW, ROW, 0},
-      {64, 128, 130, 64, 1, 1, TEST_BF16, TEST_BF16, ROW, ROW, 3},
-      {33, 192, 64, 32, 0, 0, TEST_F16, TEST_F16, COL, COL, 0},
-      {5, 256, 257, 128, 0, 1, TEST_BF16, TEST_F32, COL, ROW, 1},
-      {100, 128, 40, 128, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 8},
+      {1, 64, 1, 32, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
+      {3, 40, 33, 40, 0, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
+      {17, 8, 7, 8, 1, 0, TEST_BF16, TEST_F32, ROW, COL, 0, 0},
+      {16, 264, 100, 264, 0, 1, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
+      {64, 128, 130, 64, 1, 1, TEST_BF16, TEST_BF16, ROW, ROW, 3, 0},
+      {33, 192, 64, 32, 0, 0, TEST_F16, TEST_F16, COL, COL, 0, 0},
+      {5, 256, 257, 128, 0, 1, TEST_BF16, TEST_F32, COL, ROW, 1, 0},
+      {100, 128, 40, 128, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 8, 0},
   };
   const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
@@ -213,9 +232,9 @@ static void decode_layer(void **state) {
   (void)state;
   const int64_t S = getenv("KILN_TEST_SANITIZER") ? 512 : 4096;
   const icase cs[] = {
-      {1, S, S, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0},
-      {16, S, S, 128, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 0},
-      {7, S, S + 8, 64, 0, 1, TEST_F16, TEST_F32, ROW, ROW, 0},
+      {1, S, S, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
+      {16, S, S, 128, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 0, 0},
+      {7, S, S + 8, 64, 0, 1, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
   };
   const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
@@ -371,7 +390,24 @@ static void qkv_int8(void **state) {
   if (failures) fail_msg("%d of %d int8 cases failed (listed above)", failures, n + 3);
 }
 
-/* What no GPU kernel handles yet is refused with UNSUPPORTED and says why. */
+/* PREFILL (the weight dequantized into the caller's workspace, then kiln_matmul): explicit and
+ * through AUTO (M >= 128), ragged shapes, act-order (rows written in logical order), both
+ * activation dtypes, every output dtype, column-major x and y. */
+static void prefill(void **state) {
+  (void)state;
+  const icase cs[] = {
+      {128, 256, 96, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 1},
+      {300, 264, 100, 264, 0, 1, TEST_BF16, TEST_F32, ROW, ROW, 0, 1},
+      {129, 128, 130, 64, 1, 1, TEST_F16, TEST_BF16, COL, COL, 0, 2},
+      {1000, 512, 33, 32, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 5, 2},
+      {5, 128, 64, 128, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 1}, /* explicit PREFILL at small M */
+  };
+  const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
+/* PREFILL without enough workspace, or with one that overlaps an operand, is refused with the
+ * size it needs; DECODE runs at any M. */
 static void refusals(void **state) {
   (void)state;
   tq w;
@@ -383,9 +419,14 @@ static void refusals(void **state) {
   gweight gw;
   gmat_up(&gx, &x), gmat_up(&gy, &y), gweight_up(&gw, &w.q);
   kiln_matmul_int4_opts opts = kiln_matmul_int4_opts_default();
-  opts.algo = KILN_INT4_PREFILL;
-  assert_kiln_fails(kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, &opts, g_stream), KILN_ERROR_UNSUPPORTED,
-                    "kiln_matmul_int4: algo PREFILL has no GPU kernel yet");
+  opts.algo = KILN_INT4_PREFILL; /* without a workspace */
+  assert_kiln_fails(kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, &opts, g_stream), KILN_ERROR_WORKSPACE,
+                    "kiln_matmul_int4: algo KILN_INT4_PREFILL needs 4096 bytes of workspace", "workspace NULL",
+                    "kiln_matmul_int4_workspace_size");
+  opts.workspace = gy.dev->dl_tensor.data, opts.workspace_bytes = 4096; /* y itself: overlaps */
+  assert_kiln_fails(kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, &opts, g_stream), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_matmul_int4", "opts->workspace", "y");
+  opts.workspace = NULL, opts.workspace_bytes = 0;
   opts.algo = KILN_INT4_DECODE;
   assert_kiln_ok(kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, &opts, g_stream));
   kiln_tensor_free(gx.dev), kiln_tensor_free(gy.dev), gweight_free(&gw);
@@ -402,7 +443,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(groups_dtypes), cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
       cmocka_unit_test(qkv_fused),     cmocka_unit_test(qkv_int8),            cmocka_unit_test(deterministic),
-      cmocka_unit_test(refusals),
+      cmocka_unit_test(prefill),       cmocka_unit_test(refusals),
   };
   int failed = cmocka_run_group_tests_name("gpu_int4", tests, NULL, NULL);
   kiln_stream_destroy(g_ctx, g_stream);

@@ -25,6 +25,8 @@ static void opts_default(void **state) {
   (void)state;
   kiln_matmul_int4_opts o = kiln_matmul_int4_opts_default();
   assert_int_equal(o.algo, KILN_INT4_AUTO);
+  assert_null(o.workspace);
+  assert_int_equal(o.workspace_bytes, 0);
 }
 
 /* M ∈ {1, 3, 16, 17, 64} × every group size × sym/asym × f16/bf16 x × every y dtype, with odd N,
@@ -297,6 +299,28 @@ static void err_null_and_dtypes(void **state) {
   fx_free(&f);
 }
 
+/* The PREFILL workspace query: 0 on the CPU (which needs none), the op's own argument checks,
+ * a NULL result pointer refused; a workspace given to the CPU path is ignored. */
+static void workspace_size(void **state) {
+  (void)state;
+  fixture f;
+  fx_init(&f);
+  size_t bytes = 123;
+  assert_kiln_ok(kiln_matmul_int4_workspace_size(f.ctx, &f.x.t, &f.w.q, &f.y.t, &bytes));
+  assert_int_equal(bytes, 0);
+  assert_kiln_fails(kiln_matmul_int4_workspace_size(f.ctx, &f.x.t, &f.w.q, &f.y.t, NULL), E_INV,
+                    "kiln_matmul_int4_workspace_size: bytes is NULL");
+  assert_kiln_fails(kiln_matmul_int4_workspace_size(f.ctx, &f.x.t, NULL, &f.y.t, &bytes), E_INV,
+                    "kiln_matmul_int4_workspace_size: w is NULL");
+  assert_kiln_fails(kiln_matmul_int4_workspace_size(NULL, &f.x.t, &f.w.q, &f.y.t, &bytes), E_INV,
+                    "kiln_matmul_int4_workspace_size: ctx is NULL");
+  kiln_matmul_int4_opts o = kiln_matmul_int4_opts_default();
+  char scratch[64];
+  o.workspace = scratch, o.workspace_bytes = 1; /* too small for PREFILL, irrelevant to AUTO on the CPU */
+  assert_kiln_ok(MM(&f.x.t, &f.w.q, &f.y.t, &o));
+  fx_free(&f);
+}
+
 static void err_shapes(void **state) {
   (void)state;
   fixture f;
@@ -430,6 +454,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(quantized_weights),
       cmocka_unit_test(exact_extremes),
       cmocka_unit_test(large_k_chunks),
+      cmocka_unit_test(workspace_size),
       cmocka_unit_test(err_null_and_dtypes),
       cmocka_unit_test(err_shapes),
       cmocka_unit_test(err_weight),

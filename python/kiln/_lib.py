@@ -163,7 +163,7 @@ class kiln_qweight(Structure):
 
 
 class kiln_matmul_int4_opts(Structure):
-    _fields_ = [("algo", c_int)]
+    _fields_ = [("algo", c_int), ("workspace", c_void_p), ("workspace_bytes", c_size_t)]
 
 
 class kiln_qkv_opts(Structure):

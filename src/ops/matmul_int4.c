@@ -20,7 +20,7 @@
 #include "ops.h"
 #include "cpu/cpu.h"
 
-kiln_matmul_int4_opts kiln_matmul_int4_opts_default(void) {
+kiln_matmul_int4_opts kiln_matmul_int4_opts_default(void) { /* AUTO, no workspace */
   kiln_matmul_int4_opts o;
   memset(&o, 0, sizeof o);
   o.algo = KILN_INT4_AUTO;
@@ -148,19 +148,68 @@ kiln_status kiln_check_int4_weight_values(const char *op, const char *arg, const
 /* ------------------------------------------------------------------------------------------ */
 /* kiln_matmul_int4                                                                           */
 /* ------------------------------------------------------------------------------------------ */
+/* The arguments both kiln_matmul_int4 and its workspace query check. */
+static kiln_status check_args(const kiln_context *ctx, const char *op, const DLTensor *x, const kiln_qweight *w,
+                              const DLTensor *y, kiln_matrix *X, kiln_matrix *Y) {
+  kiln_status st;
+  if ((st = kiln_check_w16_x(ctx, op, x, X))) return st;
+  if ((st = kiln_check_int4_weight(ctx, op, "w", w, x, X->cols))) return st;
+  if ((st = kiln_check_float_matrix(ctx, op, "y", y, 1, X->rows, w->n, true, Y))) return st;
+  if ((st = kiln_check_no_overlap(op, "y", Y, "x", X)) || (st = kiln_check_int4_weight_disjoint(op, "y", Y, "w", w)))
+    return st;
+  return KILN_OK;
+}
+
+/* PREFILL's workspace: the weight [K, N] in x's 16-bit dtype. */
+static size_t prefill_bytes(const kiln_qweight *w) { return (size_t)w->k * (size_t)w->n * 2; }
+
+kiln_status kiln_matmul_int4_workspace_size(kiln_context *ctx, const DLTensor *x, const kiln_qweight *w,
+                                            const DLTensor *y, size_t *bytes) {
+  const char *op = "kiln_matmul_int4_workspace_size";
+  kiln_status st = kiln_check_context(ctx, op);
+  if (st) return st;
+  if (!bytes) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL; pass the address of a size_t", op);
+  *bytes = 0;
+  kiln_matrix X, Y;
+  if ((st = check_args(ctx, op, x, w, y, &X, &Y))) return st;
+  if (ctx->device_type != kDLCPU) *bytes = prefill_bytes(w);
+  return KILN_OK;
+}
+
 kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qweight *w, const DLTensor *y,
                              const kiln_matmul_int4_opts *opts, CUstream stream) {
   const char *op = "kiln_matmul_int4";
   kiln_status st = kiln_check_context(ctx, op);
   if (st) return st;
-  const kiln_matmul_int4_opts o = opts ? *opts : kiln_matmul_int4_opts_default();
+  kiln_matmul_int4_opts o = opts ? *opts : kiln_matmul_int4_opts_default();
   if ((st = kiln_check_w16_algo(ctx, op, (int)o.algo, "KILN_INT4"))) return st;
   kiln_matrix X, Y;
-  if ((st = kiln_check_w16_x(ctx, op, x, &X))) return st;
-  if ((st = kiln_check_int4_weight(ctx, op, "w", w, x, X.cols))) return st;
-  if ((st = kiln_check_float_matrix(ctx, op, "y", y, 1, X.rows, w->n, true, &Y))) return st;
-  if ((st = kiln_check_no_overlap(op, "y", &Y, "x", &X)) || (st = kiln_check_int4_weight_disjoint(op, "y", &Y, "w", w)))
-    return st;
+  if ((st = check_args(ctx, op, x, w, y, &X, &Y))) return st;
+  /* PREFILL's workspace: enough, aligned, and sharing no byte with x, y or the weight */
+  const size_t need = prefill_bytes(w);
+  const bool have = o.workspace && o.workspace_bytes >= need;
+  if (o.algo == KILN_INT4_PREFILL && !have)
+    return kiln_fail(KILN_ERROR_WORKSPACE,
+                     "%s: algo KILN_INT4_PREFILL needs %zu bytes of workspace (the weight as %s [%" PRId64
+                     ", %" PRId64 "]) but opts give %zu%s; allocate kiln_matmul_int4_workspace_size bytes",
+                     op, need, KILN_IS_BF16(X.dtype) ? "bfloat16" : "float16", w->k, w->n,
+                     o.workspace ? o.workspace_bytes : 0, o.workspace ? "" : " (workspace NULL)");
+  if (have && ctx->device_type != kDLCPU) {
+    if ((uintptr_t)o.workspace % 256)
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                       "%s: opts->workspace %p is not 256-byte aligned; use an allocation's start (kiln_tensor_empty, "
+                       "torch.empty and cudaMalloc return 256-byte aligned memory)",
+                       op, o.workspace);
+    kiln_matrix WS = {0};
+    WS.data = (char *)o.workspace, WS.span_bytes = (int64_t)need;
+    if ((st = kiln_check_disjoint(op, "opts->workspace", o.workspace, (int64_t)need, "x", X.data, X.span_bytes)) ||
+        (st = kiln_check_disjoint(op, "opts->workspace", o.workspace, (int64_t)need, "y", Y.data, Y.span_bytes)) ||
+        (st = kiln_check_int4_weight_disjoint(op, "opts->workspace", &WS, "w", w)))
+      return st;
+  }
+  /* AUTO: PREFILL from M = 128 when the workspace allows (a first rule; to be set from the
+   * DECODE / PREFILL crossover measured on the H200) */
+  if (o.algo == KILN_INT4_AUTO && ctx->device_type != kDLCPU) o.algo = have && X.rows >= 128 ? KILN_INT4_PREFILL : KILN_INT4_AUTO;
 
   const kiln_int4_args args = {
       .x = X.data, .codes = w->codes, .scales = w->scales, .zeros = w->zeros, .perm = w->perm, .y = Y.data,
@@ -174,7 +223,14 @@ kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qw
   }
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
-  st = kiln_matmul_int4_gpu(ctx, op, &args, stream);
+  st = o.algo == KILN_INT4_PREFILL ? kiln_w4_dequantize_gpu(ctx, op, &args, o.workspace, stream)
+                                   : kiln_matmul_int4_gpu(ctx, op, &args, stream);
   kiln_ctx_leave(ctx, &scope);
-  return st;
+  if (st || o.algo != KILN_INT4_PREFILL) return st;
+  /* y = x · W with W the dequantized weight in the workspace (row-major [K, N], x's dtype) */
+  int64_t shape[2] = {w->k, w->n};
+  DLTensor W = {.data = o.workspace, .device = {kDLCUDA, ctx->ordinal}, .ndim = 2, .dtype = X.dtype, .shape = shape};
+  st = kiln_matmul(ctx, x, &W, y, NULL, stream);
+  if (st) return kiln_fail(st, "%s (PREFILL): %s", op, kiln_last_error());
+  return KILN_OK;
 }

@@ -79,6 +79,10 @@ static inline void kiln_int4_as_qkv(const kiln_int4_args *a, kiln_qkv_args *q) {
 /* The GPU sides (src/ops/wa16_gpu.c, one kernel family): args validated, the context entered;
  * UNSUPPORTED with a message for what no kernel handles. proj[i].n == 0 skips a projection. */
 kiln_status kiln_matmul_int4_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *args, CUstream stream);
+/* PREFILL's first half: w[k, n] = scale · (q − zero) in x's dtype into ws (row-major [K, N], rows
+ * in logical order: row perm[r] holds stored row r). */
+kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *args, void *ws,
+                                   CUstream stream);
 kiln_status kiln_qkv_int8_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
 kiln_status kiln_qkv_int4_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
 

@@ -57,3 +57,12 @@ kiln_status kiln_qkv_int4_gpu(const kiln_context *ctx, const char *op, const kil
 kiln_status kiln_qkv_int8_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream) {
   return wa16_gpu(ctx, op, args, true, stream);
 }
+
+kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *a, void *ws,
+                                   CUstream stream) {
+  kiln_int4_args args = *a;
+  void *params[] = {&args, &ws};
+  const unsigned cols = (unsigned)((a->n + 255) / 256), rows = (unsigned)(a->k / 8 < 65535 ? a->k / 8 : 65535);
+  return kiln_launch(ctx, a->x_dtype == KILN_DT_BF16 ? KILN_K_W4_DEQUANT_BF16 : KILN_K_W4_DEQUANT_F16, cols, rows, 1,
+                     256, 0, stream, params, op);
+}

@@ -38,6 +38,8 @@ typedef struct w4_call {
   const bench_cublas *cb;
   w4_weights *w;
   kiln_qweight q;
+  kiln_matmul_int4_opts opts; /* AUTO; with a workspace from M = 128 (so AUTO may take PREFILL) */
+  CUdeviceptr ws;
   int64_t group;
   DLTensor x, y;
   int64_t xs[2], ys[2];
@@ -54,7 +56,7 @@ static int kiln_fn(void *user, int iter) {
   c->q.codes = (uint32_t *)(uintptr_t)(c->w->codes + (size_t)i * c->w->codes_b);
   c->q.scales = (uint16_t *)(uintptr_t)(c->w->scales + (size_t)i * c->w->scales_b);
   c->q.zeros = (uint8_t *)(uintptr_t)(c->w->zeros + (size_t)i * c->w->zeros_b);
-  c->st = kiln_matmul_int4(c->env->ctx, &c->x, &c->q, &c->y, NULL, c->env->stream);
+  c->st = kiln_matmul_int4(c->env->ctx, &c->x, &c->q, &c->y, &c->opts, c->env->stream);
   return c->st != KILN_OK;
 }
 
@@ -110,6 +112,14 @@ static int run_m(bench_env *env, const bench_cublas *cb, w4_weights *w, int64_t 
     goto done;
   }
   if ((rc = bench_fill_random(env, c.xp, (size_t)(M * K), dt, 24))) goto done;
+  c.opts = kiln_matmul_int4_opts_default();
+  if (M >= 128) { /* PREFILL's workspace: the weight in x's dtype */
+    if (bench_alloc(env, (size_t)(K * N) * 2, &c.ws)) {
+      rc = -1;
+      goto done;
+    }
+    c.opts.workspace = (void *)(uintptr_t)c.ws, c.opts.workspace_bytes = (size_t)(K * N) * 2;
+  }
   const DLDevice dev = {kDLCUDA, env->info.ordinal};
   c.xs[0] = M, c.xs[1] = K, c.ys[0] = M, c.ys[1] = N;
   c.x = (DLTensor){(void *)(uintptr_t)c.xp, dev, 2, bench_dtype_dl(dt), c.xs, NULL, 0};
@@ -144,7 +154,7 @@ static int run_m(bench_env *env, const bench_cublas *cb, w4_weights *w, int64_t 
              100.0 * bench_rate(&row, row.kiln.median_us) / copy_gbps, copy_gbps);
   bench_report(env, &row);
 done:
-  bench_free(env, c.xp), bench_free(env, c.yp);
+  bench_free(env, c.xp), bench_free(env, c.yp), bench_free(env, c.ws);
   return rc;
 }
 
