@@ -231,6 +231,10 @@ kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qw
   int64_t shape[2] = {w->k, w->n};
   DLTensor W = {.data = o.workspace, .device = {kDLCUDA, ctx->ordinal}, .ndim = 2, .dtype = X.dtype, .shape = shape};
   st = kiln_matmul(ctx, x, &W, y, NULL, stream);
-  if (st) return kiln_fail(st, "%s (PREFILL): %s", op, kiln_last_error());
+  if (st) { /* kiln_matmul's message, attributed to this op (copied: kiln_fail writes that buffer) */
+    char why[512];
+    snprintf(why, sizeof why, "%s", kiln_last_error());
+    return kiln_fail(st, "%s (PREFILL): %s", op, why);
+  }
   return KILN_OK;
 }
