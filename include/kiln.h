@@ -445,12 +445,14 @@ KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, cons
  * scale, rounded once into the output's dtype.
  *
  * kiln_qkv_project_int4 (W4A16): wq, wk, wv kiln_qweights [K, N*] (each its own group size,
- * symmetry and act-order permutation); each output is exactly kiln_matmul_int4 of x and its
- * weight (on the CPU the fused call and three kiln_matmul_int4 calls give the same bits).
+ * symmetry and act-order permutation); each output is kiln_matmul_int4 of x and its weight
+ * (on the CPU the fused call and three kiln_matmul_int4 calls give the same bits; on a GPU they
+ * agree within SPEC §5 but may differ in the last bits, since a launch of one projection can
+ * split K over more warps than the fused launch does).
  *
  * GPU (sm_80+): both run DECODE kernels that stream the three weights in one launch, once per
  * 16 rows of x (8 when M <= 8), with tensor cores on exactly converted weights, fp32 sums,
- * deterministic; kiln_qkv_project_int4 gives bit for bit the three kiln_matmul_int4 products.
+ * deterministic (the same call on the same device gives the same bits).
  * AUTO uses DECODE at every M for now (no PREFILL kernel yet: an explicit PREFILL is
  * UNSUPPORTED). int8 weights are fastest column-major with 8-byte aligned columns (a Linear
  * weight [N, K] as its transposed view) or row-major with 4-byte aligned rows; other layouts

@@ -4,6 +4,10 @@
 #                                                  docs/performance.md, docs/perf.png, the logs
 #   scripts/device-release.sh check BUILD          every GPU test + memcheck, the GPU soak for a
 #                                                  while, racecheck / initcheck / synccheck
+#   scripts/device-release.sh verify BUILD         every GPU test + memcheck, the demo in f16 and
+#                                                  bf16, the Python GPU tests, and racecheck /
+#                                                  initcheck / synccheck of $SANITIZE_TESTS (the
+#                                                  programs a kernel change touches)
 # Everything goes to $OUT (few files: the device tool returns a handful).
 mode=$1 B=$2 C=${3:-unknown}
 case $mode in
@@ -34,5 +38,23 @@ check)
   done
   tar czf "$OUT/check.tgz" -C /tmp san
   ;;
-*) echo "usage: scripts/device-release.sh bench|check BUILD [COMMIT]" >&2; exit 2 ;;
+verify)
+  mkdir -p /tmp/v
+  timeout 260 bash scripts/gpu-session.sh "$B" info tests sanitize >/dev/null 2>&1
+  tar xzf "$OUT/logs.tgz" -C /tmp && mv /tmp/logs /tmp/v/tests
+  grep -vE "^ *[0-9a-z_]+ *\| " /tmp/v/tests/summary.txt | cut -c1-200 | head -40
+  for d in f16 bf16; do
+    timeout 60 "$B/tools/kiln-demo" --dtype $d >/tmp/v/demo-$d.txt 2>&1
+    echo "kiln-demo --dtype $d: exit $?: $(tail -1 /tmp/v/demo-$d.txt | cut -c1-150)"
+  done
+  timeout 150 bash tests/run_python_tests.sh gpu "$PWD/$B/libkiln.so" >/tmp/v/python-gpu.txt 2>&1
+  echo "python gpu tests: exit $?: $(tail -1 /tmp/v/python-gpu.txt | cut -c1-150)"
+  SANITIZE_TESTS=${SANITIZE_TESTS:-test_gpu_int4} timeout "${SAN_SECONDS:-100}" \
+    bash scripts/gpu-session.sh "$B" sanitize-all >/dev/null 2>&1
+  rm -rf /tmp/logs && tar xzf "$OUT/logs.tgz" -C /tmp && cp /tmp/logs/*check-*.log /tmp/v/ 2>/dev/null
+  grep -hE "^(racecheck|initcheck|synccheck)" /tmp/logs/summary.txt | cut -c1-200
+  rm -f "$OUT/logs.tgz" "$OUT/summary.txt"
+  tar czf "$OUT/verify.tgz" -C /tmp v
+  ;;
+*) echo "usage: scripts/device-release.sh bench|check|verify BUILD [COMMIT]" >&2; exit 2 ;;
 esac

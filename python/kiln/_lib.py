@@ -258,6 +258,7 @@ _PROTOTYPES = {
     "kiln_qweight_quantize": (_st, [_CTX, _T, c_int, POINTER(kiln_qweight), _S]),
     "kiln_qweight_dequantize": (_st, [_CTX, POINTER(kiln_qweight), _T, _S]),
     "kiln_matmul_int4_opts_default": (kiln_matmul_int4_opts, []),
+    "kiln_matmul_int4_workspace_size": (_st, [_CTX, _T, _QW, _T, POINTER(c_size_t)]),
     "kiln_matmul_int4": (_st, [_CTX, _T, _QW, _T, POINTER(kiln_matmul_int4_opts), _S]),
     "kiln_qkv_opts_default": (kiln_qkv_opts, []),
     "kiln_qkv_project_int8": (_st, [_CTX, _T, _T, _T, _T, _T, _T, _T, _T, _T, _T, POINTER(kiln_qkv_opts), _S]),

@@ -371,9 +371,18 @@ def _matmul_int4_raw(x, qw, y, algo=0, stream=None):
     ctx, s = _dlpack.placement(x, stream)
     keep = []
     xm, ym = _rows(x, op, "x", False), _rows(y, op, "out", True)  # locals: alive until the call returns
+    tx, ty = _dlpack.tensor(xm, f"{op}: x", s, keep), _dlpack.tensor(ym, f"{op}: out", s, keep, out=True)
     opts = _lib.kiln_matmul_int4_opts(algo)
-    _check(_F.matmul_int4(ctx, _dlpack.tensor(xm, f"{op}: x", s, keep), byref(qw),
-                          _dlpack.tensor(ym, f"{op}: out", s, keep, out=True), byref(opts), s))
+    # PREFILL's workspace (the weight in x's dtype): for PREFILL, and for AUTO from M = 128 (the
+    # rule in src/ops/matmul_int4.c); DECODE and the CPU need none (the size query says 0)
+    ws = None
+    if algo == int(Int4Algo.PREFILL) or (algo == int(Int4Algo.AUTO) and int(xm.shape[0]) >= 128):
+        nbytes = c_size_t(0)
+        _check(_F.matmul_int4_workspace_size(ctx, tx, byref(qw), ty, byref(nbytes)))
+        ws, ptr = _workspace(op, x, nbytes.value)
+        if ws is not None:
+            opts.workspace, opts.workspace_bytes = ptr, nbytes.value
+    _check(_F.matmul_int4(ctx, tx, byref(qw), ty, byref(opts), s))
     return y
 
 

@@ -4,9 +4,11 @@
  * a list of up to three projections (kiln_qkv_args), so a single matmul is the list of one.
  *
  * Kernels (kernels/wa16_decode_sm80.cu): DECODE streams the weights once per 8 or 16 rows of x
- * with mma.sync on exactly dequantized weights (sm_80+). There is no PREFILL kernel yet: AUTO
- * runs DECODE at every M (correct, but each 16 rows of x re-read the weights, from L2 when they
- * fit), and an explicit PREFILL is refused with UNSUPPORTED.
+ * with mma.sync on exactly dequantized weights (sm_80+); each 16 rows of x re-read the weights
+ * (from L2 when they fit), so at large M it is compute-starved. kiln_matmul_int4's PREFILL
+ * (matmul_int4.c) dequantizes into the caller's workspace (kernels/w4_dequant.cu) and runs
+ * kiln_matmul instead. The fused QKV calls have no PREFILL yet: DECODE at every M, and an
+ * explicit PREFILL is refused with UNSUPPORTED.
  */
 #include <inttypes.h>
 
@@ -61,8 +63,14 @@ kiln_status kiln_qkv_int8_gpu(const kiln_context *ctx, const char *op, const kil
 kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *a, void *ws,
                                    CUstream stream) {
   kiln_int4_args args = *a;
-  void *params[] = {&args, &ws};
-  const unsigned cols = (unsigned)((a->n + 255) / 256), rows = (unsigned)(a->k / 8 < 65535 ? a->k / 8 : 65535);
-  return kiln_launch(ctx, a->x_dtype == KILN_DT_BF16 ? KILN_K_W4_DEQUANT_BF16 : KILN_K_W4_DEQUANT_F16, cols, rows, 1,
-                     256, 0, stream, params, op);
+  /* 8 columns per thread (16-byte loads and stores) when the rows and pointers allow it */
+  int cols = a->n % 8 == 0 && (uintptr_t)a->codes % 16 == 0 && (uintptr_t)a->scales % 16 == 0 &&
+                     (uintptr_t)a->zeros % 8 == 0
+                 ? 8
+                 : 1;
+  void *params[] = {&args, &ws, &cols};
+  const unsigned threads = 256, blocks_x = (unsigned)((a->n + (int64_t)threads * cols - 1) / ((int64_t)threads * cols)),
+                 blocks_y = (unsigned)(a->k / 8 < 65535 ? a->k / 8 : 65535);
+  return kiln_launch(ctx, a->x_dtype == KILN_DT_BF16 ? KILN_K_W4_DEQUANT_BF16 : KILN_K_W4_DEQUANT_F16, blocks_x,
+                     blocks_y, 1, threads, 0, stream, params, op);
 }

@@ -22,7 +22,9 @@ const char bench_int4_usage[] =
     "  --dtype f16|bf16     activation and output dtype (default f16)\n"
     "  --group G            group size 32, 64, 128 or 0 for per-column (default 128)\n"
     "  --shape KxN          this one weight shape only (e.g. 4096x12288; for profiling)\n"
-    "  --m M                this one M only\n" BENCH_COMMON_USAGE;
+    "  --m M                this one M only\n"
+    "  --algo A             auto (default), decode or prefill (the workspace is given to auto\n"
+    "                       from M = 128 and to prefill always)\n" BENCH_COMMON_USAGE;
 
 typedef struct w4_weights {
   int n_copies;
@@ -103,7 +105,7 @@ static int make_weights(bench_env *env, int64_t K, int64_t N, int64_t G, bench_d
 }
 
 static int run_m(bench_env *env, const bench_cublas *cb, w4_weights *w, int64_t M, int64_t K, int64_t N, int64_t G,
-                 bench_dtype dt, double copy_gbps) {
+                 bench_dtype dt, kiln_int4_algo algo, double copy_gbps) {
   w4_call c = {.env = env, .cb = cb, .w = w, .m = (int)M, .n = (int)N, .k = (int)K};
   c.dt = dt == BENCH_BF16 ? BENCH_CUDA_R_16BF : BENCH_CUDA_R_16F;
   int rc = 0;
@@ -113,7 +115,8 @@ static int run_m(bench_env *env, const bench_cublas *cb, w4_weights *w, int64_t 
   }
   if ((rc = bench_fill_random(env, c.xp, (size_t)(M * K), dt, 24))) goto done;
   c.opts = kiln_matmul_int4_opts_default();
-  if (M >= 128) { /* PREFILL's workspace: the weight in x's dtype */
+  c.opts.algo = algo;
+  if (algo == KILN_INT4_PREFILL || (algo == KILN_INT4_AUTO && M >= 128)) { /* PREFILL's workspace: the weight in x's dtype */
     if (bench_alloc(env, (size_t)(K * N) * 2, &c.ws)) {
       rc = -1;
       goto done;
@@ -130,7 +133,8 @@ static int run_m(bench_env *env, const bench_cublas *cb, w4_weights *w, int64_t 
   const double wbytes = (double)(w->codes_b + w->scales_b + w->zeros_b);
   char shape_s[48], algo_s[24];
   snprintf(shape_s, sizeof shape_s, "M%lldK%lldN%lld", (long long)M, (long long)K, (long long)N);
-  snprintf(algo_s, sizeof algo_s, "w4 g%lld", (long long)(G ? G : K));
+  static const char *const algo_names[] = {"", " decode", " prefill"};
+  snprintf(algo_s, sizeof algo_s, "w4 g%lld%s", (long long)(G ? G : K), algo_names[algo]);
   bench_row row;
   bench_row_init(&row, "matmul_int4", shape_s, bench_dtype_name(dt), algo_s, decode ? BENCH_GBPS : BENCH_TFLOPS,
                  decode ? wbytes : 2.0 * (double)M * (double)N * (double)K);
@@ -163,6 +167,7 @@ int bench_int4_main(int argc, char **argv) {
   bench_common_init(&common);
   bench_dtype dt = BENCH_F16;
   long long group = 128, one_k = 0, one_n = 0, one_m = 0;
+  kiln_int4_algo algo = KILN_INT4_AUTO;
   for (int i = 1; i < argc; i++) {
     int c = bench_parse_common(argc, argv, &i, &common);
     if (c < 0) return 2;
@@ -182,6 +187,10 @@ int bench_int4_main(int argc, char **argv) {
         one_k % 128 == 0 && one_n >= 1 && one_k <= (1 << 20) && one_n <= (1 << 20))
       continue;
     if (!strcmp(a, "--m") && v && sscanf(v, "%lld%c", &one_m, &tail) == 1 && one_m >= 1 && one_m <= 65536) continue;
+    if (!strcmp(a, "--algo") && v && (!strcmp(v, "auto") || !strcmp(v, "decode") || !strcmp(v, "prefill"))) {
+      algo = !strcmp(v, "auto") ? KILN_INT4_AUTO : !strcmp(v, "decode") ? KILN_INT4_DECODE : KILN_INT4_PREFILL;
+      continue;
+    }
     fprintf(stderr, "kiln-bench int4: bad option or value \"%s %s\" (see kiln-bench int4 --help)\n", a, v ? v : "");
     return 2;
   }
@@ -210,7 +219,7 @@ int bench_int4_main(int argc, char **argv) {
     }
     for (int i = 0; i < n_m && !dead; i++) {
       if (i == 0 || (ms[i] > 16) != (ms[i - 1] > 16)) bench_table_header(ms[i] > 16 ? BENCH_TFLOPS : BENCH_GBPS);
-      dead = run_m(&env, &cb, &w, ms[i], shapes[s][0], shapes[s][1], group, dt, copy_gbps) < 0;
+      dead = run_m(&env, &cb, &w, ms[i], shapes[s][0], shapes[s][1], group, dt, algo, copy_gbps) < 0;
     }
     free_weights(&env, &w);
   }
