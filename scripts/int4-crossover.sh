@@ -9,6 +9,7 @@ b=$1
 for s in 4096x4096 4096x12288 8192x28672; do
   for a in decode prefill; do
     timeout 120 "$b/tools/kiln-bench" int4 --shape $s --algo $a >>"$OUT/crossover.txt" 2>&1
+    timeout 60 "$b/tools/kiln-bench" int4 --shape $s --algo $a --m 128 >>"$OUT/crossover.txt" 2>&1
   done
 done
 grep -E "^matmul_int4" "$OUT/crossover.txt" | sort -s -k2,2 | cut -c1-150

@@ -25,7 +25,7 @@ if [ -n "$last" ] && command -v ncu >/dev/null; then
     --section LaunchStats --section MemoryWorkloadAnalysis --section InstructionStats \
     "$last/tools/kiln-bench" int4 --shape 4096x12288 --m 1 --reps 1 >"$OUT/ncu.txt" 2>&1
   grep -E "Duration|Throughput|Achieved Occupancy|Block Size|Registers|Issued Ipc|Executed Ipc|Warp Cycles|Theoretical Occ|Executed Instructions  " "$OUT/ncu.txt" | head -40
-  for k in kiln_w4a16_decode_f16_m8 kiln_w4a16_ring_f16; do
+  for k in kiln_w4a16_decode_f16_m8 kiln_w4a16_decode_f16_m16; do
     cuobjdump -sass -fun $k "$last/kernels/wa16_decode_sm80.fatbin" >/tmp/$k.sass 2>&1
     echo "$k SASS (sm_90a and the others): $(grep -c HMMA /tmp/$k.sass) HMMA, $(grep -c LDGSTS /tmp/$k.sass) LDGSTS, $(grep -cE 'LDL|STL' /tmp/$k.sass) LDL/STL"
     gzip -c /tmp/$k.sass >"$OUT/sass-$k.txt.gz"

@@ -239,11 +239,11 @@ static void decode_layer(void **state) {
 }
 
 /* M <= 8 with K a multiple of 128, N of 32, G in {32, 64, 128}, no act-order and x row-major
- * with 16-byte rows: the cp.async ring kernels (wa16_gpu.c ring_layout). Every such group size,
- * sym and asym, both activation dtypes, every output dtype, padded x, one K chunk up to a
- * decode-size layer; then x padded by one element (the same shapes on the register kernels)
- * and one bit-identical rerun. */
-static void ring_decode(void **state) {
+ * with 16-byte rows: the shapes whose blocks all take the decode kernel's unguarded path
+ * (wa16_decode_sm80.cu). Every such group size, sym and asym, both activation dtypes, every
+ * output dtype, padded x, one K chunk up to a decode-size layer; then x padded by one or three
+ * elements (the same shapes, guarded loads) and one bit-identical rerun. */
+static void aligned_decode(void **state) {
   (void)state;
   const int64_t S = getenv("KILN_TEST_SANITIZER") ? 1024 : 4096;
   const icase cs[] = {
@@ -486,7 +486,7 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(groups_dtypes), cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
-      cmocka_unit_test(ring_decode),
+      cmocka_unit_test(aligned_decode),
       cmocka_unit_test(qkv_fused),     cmocka_unit_test(qkv_int8),            cmocka_unit_test(deterministic),
       cmocka_unit_test(prefill),       cmocka_unit_test(refusals),
   };
