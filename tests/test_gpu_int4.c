@@ -332,6 +332,61 @@ static void qkv_fused(void **state) {
     }
 }
 
+/* The fused QKV call's PREFILL (each projection dequantized into one shared workspace, then
+ * kiln_matmul): explicit at M = 40 and through AUTO at M = 130 (the workspace given), GQA
+ * widths, per-projection group sizes, symmetry and act-order, a column-major k; against the
+ * reference on the weights rounded to x's dtype (kiln.h). */
+static void qkv_prefill(void **state) {
+  (void)state;
+  static const int64_t Ms[2] = {40, 130};
+  for (int mi = 0; mi < 2; mi++)
+    for (int xt = 0; xt < 2; xt++) {
+      const int64_t M = Ms[mi], K = 512, Ns[3] = {512, 128, 136}, Gs[3] = {128, 64, 512};
+      const DLDataType xd = xt ? TEST_BF16 : TEST_F16, yd = mi ? TEST_F32 : xd;
+      tq w[3];
+      gweight gw[3];
+      tmat x, y[3];
+      gmat gx, gy[3];
+      tm_compact(&x, xd, 2, 1, M, K);
+      tm_fill(&x);
+      gmat_up(&gx, &x);
+      for (int i = 0; i < 3; i++) {
+        tq_make(&w[i], K, Ns[i], Gs[i], i != 1, i == 2);
+        gweight_up(&gw[i], &w[i].q);
+        tm_init(&y[i], yd, 2, 1, M, Ns[i], i == 1 ? COL : ROW, 2, 0, 0);
+        tm_poison(&y[i]);
+        gmat_up(&gy[i], &y[i]);
+      }
+      size_t bytes = 0;
+      assert_kiln_ok(kiln_qkv_project_int4_workspace_size(g_ctx, &gx.t, &gw[0].q, &gw[1].q, &gw[2].q, &gy[0].t,
+                                                          &gy[1].t, &gy[2].t, &bytes));
+      assert_int_equal(bytes, (size_t)(K * 512 * 2)); /* the largest weight, reused in turn */
+      const int64_t nb = (int64_t)bytes;
+      DLManagedTensorVersioned *ws = NULL;
+      assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &nb, U8, &ws));
+      kiln_qkv_opts opts = kiln_qkv_opts_default();
+      opts.algo = mi ? KILN_QKV_AUTO : KILN_QKV_PREFILL;
+      opts.workspace = ws->dl_tensor.data, opts.workspace_bytes = bytes;
+      assert_kiln_ok(kiln_qkv_project_int4(g_ctx, &gx.t, &gw[0].q, &gw[1].q, &gw[2].q, &gy[0].t, &gy[1].t, &gy[2].t,
+                                           &opts, g_stream));
+      for (int i = 0; i < 3; i++) {
+        char what[120];
+        snprintf(what, sizeof what, "qkv PREFILL M%" PRId64 " %s projection %d (N %" PRId64 ", G %" PRId64 ")", M,
+                 dt_name(xd), i, Ns[i], Gs[i]);
+        gmat_down(&gy[i], &y[i]);
+        double *wd = tq_dequant(&w[i].q), *ref, *mag;
+        for (int64_t j = 0; j < K * Ns[i]; j++)
+          wd[j] = xt ? kiln_bf16_to_f32(kiln_f32_to_bf16((float)wd[j])) : kiln_f16_to_f32(kiln_f32_to_f16((float)wd[j]));
+        w16_reference(&x, wd, w[i].q.perm, Ns[i], NULL, &ref, &mag);
+        if (!check(&y[i], ref, mag, K, what)) fail_msg("%s failed (above)", what);
+        free(ref), free(wd);
+      }
+      kiln_tensor_free(ws);
+      for (int i = 0; i < 3; i++) kiln_tensor_free(gy[i].dev), gweight_free(&gw[i]), tm_free(&y[i]), tq_free(&w[i]);
+      kiln_tensor_free(gx.dev), tm_free(&x);
+    }
+}
+
 /* The same call twice gives the same bits (no atomics: warps' partial sums add in order). */
 static void deterministic(void **state) {
   (void)state;
@@ -473,6 +528,25 @@ static void refusals(void **state) {
   opts.workspace = NULL, opts.workspace_bytes = 0;
   opts.algo = KILN_INT4_DECODE;
   assert_kiln_ok(kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, &opts, g_stream));
+  /* the fused call: the same rules, the workspace also kept off the other weights and outputs */
+  tmat yk, yv; /* v: rows 512 apart, so its own allocation holds the whole 4096-byte workspace span */
+  tm_compact(&yk, TEST_F16, 2, 1, 4, 32), tm_init(&yv, TEST_F16, 2, 1, 4, 32, ROW, 480, 0, 0);
+  gmat gk, gv;
+  gmat_up(&gk, &yk), gmat_up(&gv, &yv);
+  kiln_qkv_opts qo = kiln_qkv_opts_default();
+  qo.algo = KILN_QKV_PREFILL;
+  assert_kiln_fails(kiln_qkv_project_int4(g_ctx, &gx.t, &gw.q, &gw.q, &gw.q, &gy.t, &gk.t, &gv.t, &qo, g_stream),
+                    KILN_ERROR_WORKSPACE, "kiln_qkv_project_int4: algo KILN_QKV_PREFILL needs 4096 bytes of workspace",
+                    "largest weight", "workspace NULL", "kiln_qkv_project_int4_workspace_size");
+  qo.workspace = gw.q.codes, qo.workspace_bytes = 4096; /* from the weights' codes on (what else the span
+                                                         * covers depends on the allocator) */
+  assert_kiln_fails(kiln_qkv_project_int4(g_ctx, &gx.t, &gw.q, &gw.q, &gw.q, &gy.t, &gk.t, &gv.t, &qo, g_stream),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_qkv_project_int4: opts->workspace overlaps");
+  qo.workspace = gv.dev->dl_tensor.data;
+  assert_kiln_fails(kiln_qkv_project_int4(g_ctx, &gx.t, &gw.q, &gw.q, &gw.q, &gy.t, &gk.t, &gv.t, &qo, g_stream),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_qkv_project_int4: opts->workspace overlaps v");
+  /* kiln_qkv_project_int8 has no PREFILL; it ignores a workspace */
+  kiln_tensor_free(gk.dev), kiln_tensor_free(gv.dev), tm_free(&yk), tm_free(&yv);
   kiln_tensor_free(gx.dev), kiln_tensor_free(gy.dev), gweight_free(&gw);
   tm_free(&x), tm_free(&y), tq_free(&w);
 }
@@ -487,7 +561,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(groups_dtypes), cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
       cmocka_unit_test(aligned_decode),
-      cmocka_unit_test(qkv_fused),     cmocka_unit_test(qkv_int8),            cmocka_unit_test(deterministic),
+      cmocka_unit_test(qkv_fused), cmocka_unit_test(qkv_prefill),     cmocka_unit_test(qkv_int8),            cmocka_unit_test(deterministic),
       cmocka_unit_test(prefill),       cmocka_unit_test(refusals),
   };
   int failed = cmocka_run_group_tests_name("gpu_int4", tests, NULL, NULL);

@@ -48,6 +48,8 @@ static void opts_default(void **state) {
   (void)state;
   kiln_qkv_opts o = kiln_qkv_opts_default();
   assert_int_equal(o.algo, KILN_QKV_AUTO);
+  assert_null(o.workspace);
+  assert_int_equal(o.workspace_bytes, 0);
 }
 
 /* M ∈ {1, 3, 16, 17, 64}, three different weights (every group size, sym/asym, act-order),
@@ -421,6 +423,22 @@ static void err_int4_args(void **state) {
                     "kiln_qkv_project_int4: algo KILN_QKV_PREFILL needs a CUDA device");
   o.algo = (kiln_qkv_algo)-2;
   assert_kiln_fails(I4(X, W4Q, W4K, W4V, Q, K_, V, &o), E_INV, "opts->algo is -2");
+  /* PREFILL's workspace query: 0 on the CPU, the op's checks, NULL refused; a workspace given
+   * to the CPU path is ignored */
+  size_t bytes = 123;
+  assert_kiln_ok(kiln_qkv_project_int4_workspace_size(f.ctx, X, W4Q, W4K, W4V, Q, K_, V, &bytes));
+  assert_int_equal(bytes, 0);
+  assert_kiln_fails(kiln_qkv_project_int4_workspace_size(f.ctx, X, W4Q, W4K, W4V, Q, K_, V, NULL), E_INV,
+                    "kiln_qkv_project_int4_workspace_size: bytes is NULL");
+  assert_kiln_fails(kiln_qkv_project_int4_workspace_size(f.ctx, X, W4Q, NULL, W4V, Q, K_, V, &bytes), E_INV,
+                    "kiln_qkv_project_int4_workspace_size: wk is NULL");
+  assert_kiln_fails(kiln_qkv_project_int4_workspace_size(NULL, X, W4Q, W4K, W4V, Q, K_, V, &bytes), E_INV,
+                    "kiln_qkv_project_int4_workspace_size: ctx is NULL");
+  assert_kiln_fails(kiln_qkv_project_int4_workspace_size(f.ctx, X, W4Q, W4K, W4V, Q, K_, K_, &bytes), E_INV,
+                    "kiln_qkv_project_int4_workspace_size: v overlaps k");
+  char scratch[64];
+  o = kiln_qkv_opts_default();
+  o.workspace = scratch, o.workspace_bytes = 1; /* used by the last call below */
   /* values on the CPU */
   f.w4[2].q.zeros[3] = 40;
   assert_kiln_fails(I4(X, W4Q, W4K, W4V, Q, K_, V, NULL), E_INV, "kiln_qkv_project_int4: wv->zeros[0, 3] = 40");
@@ -430,7 +448,7 @@ static void err_int4_args(void **state) {
   assert_kiln_fails(I4(X, W4Q, W4K, W4V, Q, K_, V, NULL), E_INV, "kiln_qkv_project_int4: wq->perm[11]", "repeats");
   f.w4[0].q.perm[10] = p;
   fx_untouched(&f);
-  assert_kiln_ok(I4(X, W4Q, W4K, W4V, Q, K_, V, NULL));
+  assert_kiln_ok(I4(X, W4Q, W4K, W4V, Q, K_, V, &o));
   fx_free(&f);
 }
 

@@ -167,7 +167,7 @@ class kiln_matmul_int4_opts(Structure):
 
 
 class kiln_qkv_opts(Structure):
-    _fields_ = [("algo", c_int)]
+    _fields_ = [("algo", c_int), ("workspace", c_void_p), ("workspace_bytes", c_size_t)]
 
 
 class kiln_attention_opts(Structure):
@@ -262,6 +262,7 @@ _PROTOTYPES = {
     "kiln_matmul_int4": (_st, [_CTX, _T, _QW, _T, POINTER(kiln_matmul_int4_opts), _S]),
     "kiln_qkv_opts_default": (kiln_qkv_opts, []),
     "kiln_qkv_project_int8": (_st, [_CTX, _T, _T, _T, _T, _T, _T, _T, _T, _T, _T, POINTER(kiln_qkv_opts), _S]),
+    "kiln_qkv_project_int4_workspace_size": (_st, [_CTX, _T, _QW, _QW, _QW, _T, _T, _T, POINTER(c_size_t)]),
     "kiln_qkv_project_int4": (_st, [_CTX, _T, _QW, _QW, _QW, _T, _T, _T, POINTER(kiln_qkv_opts), _S]),
     "kiln_attention_opts_default": (kiln_attention_opts, []),
     "kiln_attention": (_st, [_CTX, _T, _T, _T, _T, _T, POINTER(kiln_attention_opts), _S]),

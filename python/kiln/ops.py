@@ -373,17 +373,26 @@ def _matmul_int4_raw(x, qw, y, algo=0, stream=None):
     xm, ym = _rows(x, op, "x", False), _rows(y, op, "out", True)  # locals: alive until the call returns
     tx, ty = _dlpack.tensor(xm, f"{op}: x", s, keep), _dlpack.tensor(ym, f"{op}: out", s, keep, out=True)
     opts = _lib.kiln_matmul_int4_opts(algo)
-    # PREFILL's workspace (the weight in x's dtype): for PREFILL, and for AUTO from M = 128 (the
-    # rule in src/ops/matmul_int4.c); DECODE and the CPU need none (the size query says 0)
-    ws = None
-    if algo == int(Int4Algo.PREFILL) or (algo == int(Int4Algo.AUTO) and int(xm.shape[0]) >= 128):
-        nbytes = c_size_t(0)
-        _check(_F.matmul_int4_workspace_size(ctx, tx, byref(qw), ty, byref(nbytes)))
-        ws, ptr = _workspace(op, x, nbytes.value)
-        if ws is not None:
-            opts.workspace, opts.workspace_bytes = ptr, nbytes.value
+    ws = _int4_prefill_workspace(op, x, algo, opts, _F.matmul_int4_workspace_size, ctx, tx, byref(qw), ty)  # noqa: F841
     _check(_F.matmul_int4(ctx, tx, byref(qw), ty, byref(opts), s))
     return y
+
+
+def _int4_prefill_workspace(op, x, algo, opts, size_fn, ctx, *args):
+    """PREFILL's workspace (the largest weight in x's dtype) into opts, for PREFILL and for AUTO
+    from M = 128 rows of x (the rule in src/ops/matmul_int4.c); DECODE and the CPU need none (the
+    size query says 0). Returns the buffer, which must outlive the call."""
+    rows = 1
+    for d in tuple(x.shape)[:-1]:
+        rows *= int(d)
+    if algo != 2 and not (algo == 0 and rows >= 128):  # 2: PREFILL, 0: AUTO (same in Int4Algo and QkvAlgo)
+        return None
+    nbytes = c_size_t(0)
+    _check(size_fn(ctx, *args, byref(nbytes)))
+    ws, ptr = _workspace(op, x, nbytes.value)
+    if ws is not None:
+        opts.workspace, opts.workspace_bytes = ptr, nbytes.value
+    return ws
 
 
 def matmul_int4(x, w, out_dtype=None, algo="auto", *, out=None, stream=None):
@@ -428,6 +437,8 @@ def _qkv_project_int4_raw(x, wq, wk, wv, q, k, v, algo=0, stream=None):
     keep = []
     tx, ty = _qkv_tensors(op, x, (q, k, v), s, keep)
     opts = _lib.kiln_qkv_opts(algo)
+    ws = _int4_prefill_workspace(op, x, algo, opts, _F.qkv_project_int4_workspace_size,  # noqa: F841
+                                 ctx, tx, byref(wq), byref(wk), byref(wv), *ty)
     _check(_F.qkv_project_int4(ctx, tx, byref(wq), byref(wk), byref(wv), *ty, byref(opts), s))
     return q, k, v
 
@@ -436,9 +447,10 @@ def qkv_project_int4(x, wq, wk, wv, out_dtype=None, algo="auto", *, out=None, st
     """Fused W4A16 Q, K, V projections of one activation, read once: returns (x·Wq, x·Wk, x·Wv).
     X [M, K] (or [..., M, K]) float16 or bfloat16; wq, wk, wv kiln.Int4Weights [K, Nq], [K, Nk],
     [K, Nv] (each its own group size; Nk may differ from Nq: grouped-query attention), on X's
-    device. Outputs [..., N*] in out_dtype (default X's dtype); each is exactly
-    kiln.matmul_int4(x, w*). out=(q, k, v) may be disjoint column slices of one buffer. algo:
-    'auto', 'decode', 'prefill' (GPU only). Forward-only."""
+    device. Outputs [..., N*] in out_dtype (default X's dtype); each is kiln.matmul_int4(x, w*)
+    (bit for bit on the CPU; within SPEC §5 on a GPU). out=(q, k, v) may be disjoint column slices
+    of one buffer. algo: 'auto', 'decode', 'prefill' (GPU only; AUTO takes PREFILL from 128 rows,
+    with a workspace the bridge allocates). Forward-only."""
     op = "kiln.qkv_project_int4"
     ws = [_int4_weight(op, n, w) for n, w in (("wq", wq), ("wk", wk), ("wv", wv))]
     algo = qkv_algo(algo)

@@ -160,8 +160,73 @@ static kiln_status check_args(const kiln_context *ctx, const char *op, const DLT
   return KILN_OK;
 }
 
-/* PREFILL's workspace: the weight [K, N] in x's 16-bit dtype. */
-static size_t prefill_bytes(const kiln_qweight *w) { return (size_t)w->k * (size_t)w->n * 2; }
+/* PREFILL (kiln_matmul_int4 and kiln_qkv_project_int4) dequantizes each weight into the caller's
+ * workspace as x's 16-bit dtype, row-major [K, N], and multiplies with kiln_matmul; projections
+ * run one after another on the stream, so they share it: the largest weight sets its size. */
+size_t kiln_int4_prefill_bytes(const kiln_qweight *const *w, int nw) {
+  size_t need = 0;
+  for (int i = 0; i < nw; i++) {
+    const size_t b = (size_t)w[i]->k * (size_t)w[i]->n * 2;
+    if (b > need) need = b;
+  }
+  return need;
+}
+
+/* AUTO runs PREFILL from this many rows of x when the options carry the workspace: DECODE wins at
+ * M = 64 and PREFILL at M = 128 at 4096 x 4096, 4096 x 12288 and 8192 x 28672 on the H200
+ * (docs/performance.md, scripts/int4-crossover.sh). */
+enum { PREFILL_FROM_M = 128 };
+
+kiln_status kiln_int4_prefill_plan(const kiln_context *ctx, const char *op, const char *prefix, const char *size_fn,
+                                   int *algo, void *ws, size_t ws_bytes, const kiln_matrix *X, const kiln_matrix *Y,
+                                   const char *const *ynames, int ny, const kiln_qweight *const *w,
+                                   const char *const *wnames, int nw) {
+  const size_t need = kiln_int4_prefill_bytes(w, nw);
+  const bool have = ws && ws_bytes >= need;
+  if (*algo == KILN_INT4_PREFILL && !have)
+    return kiln_fail(KILN_ERROR_WORKSPACE,
+                     "%s: algo %s_PREFILL needs %zu bytes of workspace (the %sweight as %s [%" PRId64 ", %" PRId64
+                     "]) but opts give %zu%s; allocate %s bytes",
+                     op, prefix, need, nw > 1 ? "largest " : "", KILN_IS_BF16(X->dtype) ? "bfloat16" : "float16",
+                     w[0]->k, need / 2 / (size_t)w[0]->k, ws ? ws_bytes : 0, ws ? "" : " (workspace NULL)", size_fn);
+  if (ctx->device_type == kDLCPU) return KILN_OK; /* the CPU path needs none and ignores it */
+  if (have) { /* aligned, and sharing no byte with x, the outputs or the weights */
+    if ((uintptr_t)ws % 256)
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                       "%s: opts->workspace %p is not 256-byte aligned; use an allocation's start (kiln_tensor_empty, "
+                       "torch.empty and cudaMalloc return 256-byte aligned memory)",
+                       op, ws);
+    kiln_matrix WS = {0};
+    WS.data = (char *)ws, WS.span_bytes = (int64_t)need;
+    kiln_status st = kiln_check_disjoint(op, "opts->workspace", ws, (int64_t)need, "x", X->data, X->span_bytes);
+    for (int i = 0; !st && i < ny; i++)
+      st = kiln_check_disjoint(op, "opts->workspace", ws, (int64_t)need, ynames[i], Y[i].data, Y[i].span_bytes);
+    for (int i = 0; !st && i < nw; i++) st = kiln_check_int4_weight_disjoint(op, "opts->workspace", &WS, wnames[i], w[i]);
+    if (st) return st;
+  }
+  if (*algo == KILN_INT4_AUTO) *algo = have && X->rows >= PREFILL_FROM_M ? KILN_INT4_PREFILL : KILN_INT4_DECODE;
+  return KILN_OK;
+}
+
+kiln_status kiln_int4_prefill_gpu(const kiln_context *ctx, const char *op, const DLTensor *x, const kiln_int4_args *a,
+                                  const DLTensor *y, void *ws, CUstream stream) {
+  kiln_ctx_scope scope;
+  kiln_status st = kiln_ctx_enter(ctx, &scope, op);
+  if (st) return st;
+  st = kiln_w4_dequantize_gpu(ctx, op, a, ws, stream);
+  kiln_ctx_leave(ctx, &scope);
+  if (st) return st;
+  /* y = x · W with W the dequantized weight in the workspace (row-major [K, N], x's dtype) */
+  int64_t shape[2] = {a->k, a->n};
+  DLTensor W = {.data = ws, .device = {kDLCUDA, ctx->ordinal}, .ndim = 2, .dtype = x->dtype, .shape = shape};
+  st = kiln_matmul((kiln_context *)ctx, x, &W, y, NULL, stream);
+  if (st) { /* kiln_matmul's message, attributed to this op (copied: kiln_fail writes that buffer) */
+    char why[512];
+    snprintf(why, sizeof why, "%s", kiln_last_error());
+    return kiln_fail(st, "%s (PREFILL): %s", op, why);
+  }
+  return KILN_OK;
+}
 
 kiln_status kiln_matmul_int4_workspace_size(kiln_context *ctx, const DLTensor *x, const kiln_qweight *w,
                                             const DLTensor *y, size_t *bytes) {
@@ -172,7 +237,7 @@ kiln_status kiln_matmul_int4_workspace_size(kiln_context *ctx, const DLTensor *x
   *bytes = 0;
   kiln_matrix X, Y;
   if ((st = check_args(ctx, op, x, w, y, &X, &Y))) return st;
-  if (ctx->device_type != kDLCPU) *bytes = prefill_bytes(w);
+  if (ctx->device_type != kDLCPU) *bytes = kiln_int4_prefill_bytes(&w, 1);
   return KILN_OK;
 }
 
@@ -185,56 +250,26 @@ kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qw
   if ((st = kiln_check_w16_algo(ctx, op, (int)o.algo, "KILN_INT4"))) return st;
   kiln_matrix X, Y;
   if ((st = check_args(ctx, op, x, w, y, &X, &Y))) return st;
-  /* PREFILL's workspace: enough, aligned, and sharing no byte with x, y or the weight */
-  const size_t need = prefill_bytes(w);
-  const bool have = o.workspace && o.workspace_bytes >= need;
-  if (o.algo == KILN_INT4_PREFILL && !have)
-    return kiln_fail(KILN_ERROR_WORKSPACE,
-                     "%s: algo KILN_INT4_PREFILL needs %zu bytes of workspace (the weight as %s [%" PRId64
-                     ", %" PRId64 "]) but opts give %zu%s; allocate kiln_matmul_int4_workspace_size bytes",
-                     op, need, KILN_IS_BF16(X.dtype) ? "bfloat16" : "float16", w->k, w->n,
-                     o.workspace ? o.workspace_bytes : 0, o.workspace ? "" : " (workspace NULL)");
-  if (have && ctx->device_type != kDLCPU) {
-    if ((uintptr_t)o.workspace % 256)
-      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                       "%s: opts->workspace %p is not 256-byte aligned; use an allocation's start (kiln_tensor_empty, "
-                       "torch.empty and cudaMalloc return 256-byte aligned memory)",
-                       op, o.workspace);
-    kiln_matrix WS = {0};
-    WS.data = (char *)o.workspace, WS.span_bytes = (int64_t)need;
-    if ((st = kiln_check_disjoint(op, "opts->workspace", o.workspace, (int64_t)need, "x", X.data, X.span_bytes)) ||
-        (st = kiln_check_disjoint(op, "opts->workspace", o.workspace, (int64_t)need, "y", Y.data, Y.span_bytes)) ||
-        (st = kiln_check_int4_weight_disjoint(op, "opts->workspace", &WS, "w", w)))
-      return st;
-  }
-  /* AUTO: PREFILL from M = 128 when the workspace allows (a first rule; to be set from the
-   * DECODE / PREFILL crossover measured on the H200) */
-  if (o.algo == KILN_INT4_AUTO && ctx->device_type != kDLCPU) o.algo = have && X.rows >= 128 ? KILN_INT4_PREFILL : KILN_INT4_AUTO;
+  int algo = (int)o.algo;
+  static const char *const y_name[1] = {"y"}, *const w_name[1] = {"w"};
+  if ((st = kiln_int4_prefill_plan(ctx, op, "KILN_INT4", "kiln_matmul_int4_workspace_size", &algo, o.workspace,
+                                   o.workspace_bytes, &X, &Y, y_name, 1, &w, w_name, 1)))
+    return st;
 
   const kiln_int4_args args = {
       .x = X.data, .codes = w->codes, .scales = w->scales, .zeros = w->zeros, .perm = w->perm, .y = Y.data,
       .x_rs = X.rs, .x_cs = X.cs, .y_rs = Y.rs, .y_cs = Y.cs,
       .m = (int32_t)X.rows, .n = (int32_t)w->n, .k = (int32_t)w->k, .group = (int32_t)w->group,
-      .x_dtype = kiln_dt_code(X.dtype), .y_dtype = kiln_dt_code(Y.dtype), .algo = (int32_t)o.algo,
+      .x_dtype = kiln_dt_code(X.dtype), .y_dtype = kiln_dt_code(Y.dtype), .algo = (int32_t)algo,
   };
   if (ctx->device_type == kDLCPU) {
     if ((st = kiln_check_int4_weight_values(op, "w", w))) return st;
     return kiln_cpu_matmul_int4(op, &args);
   }
+  if (algo == KILN_INT4_PREFILL) return kiln_int4_prefill_gpu(ctx, op, x, &args, y, o.workspace, stream);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
-  st = o.algo == KILN_INT4_PREFILL ? kiln_w4_dequantize_gpu(ctx, op, &args, o.workspace, stream)
-                                   : kiln_matmul_int4_gpu(ctx, op, &args, stream);
+  st = kiln_matmul_int4_gpu(ctx, op, &args, stream);
   kiln_ctx_leave(ctx, &scope);
-  if (st || o.algo != KILN_INT4_PREFILL) return st;
-  /* y = x · W with W the dequantized weight in the workspace (row-major [K, N], x's dtype) */
-  int64_t shape[2] = {w->k, w->n};
-  DLTensor W = {.data = o.workspace, .device = {kDLCUDA, ctx->ordinal}, .ndim = 2, .dtype = X.dtype, .shape = shape};
-  st = kiln_matmul(ctx, x, &W, y, NULL, stream);
-  if (st) { /* kiln_matmul's message, attributed to this op (copied: kiln_fail writes that buffer) */
-    char why[512];
-    snprintf(why, sizeof why, "%s", kiln_last_error());
-    return kiln_fail(st, "%s (PREFILL): %s", op, why);
-  }
-  return KILN_OK;
+  return st;
 }

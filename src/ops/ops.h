@@ -76,6 +76,16 @@ static inline void kiln_int4_as_qkv(const kiln_int4_args *a, kiln_qkv_args *q) {
   p->y = a->y, p->y_rs = a->y_rs, p->y_cs = a->y_cs, p->n = a->n;
 }
 
+/* The inverse: projection i of the fused args as a single product (PREFILL runs them one by one). */
+static inline void kiln_qkv_proj_as_int4(const kiln_qkv_args *q, int i, kiln_int4_args *a) {
+  const kiln_qkv_proj *p = &q->proj[i];
+  *a = (kiln_int4_args){0};
+  a->x = q->x, a->x_rs = q->x_rs, a->x_cs = q->x_cs;
+  a->m = q->m, a->k = q->k, a->x_dtype = q->x_dtype, a->y_dtype = q->y_dtype, a->algo = q->algo;
+  a->codes = p->codes, a->scales = p->scales, a->zeros = p->zeros, a->perm = p->perm, a->group = p->group;
+  a->y = p->y, a->y_rs = p->y_rs, a->y_cs = p->y_cs, a->n = p->n;
+}
+
 /* The GPU sides (src/ops/wa16_gpu.c, one kernel family): args validated, the context entered;
  * UNSUPPORTED with a message for what no kernel handles. proj[i].n == 0 skips a projection. */
 kiln_status kiln_matmul_int4_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *args, CUstream stream);
@@ -84,6 +94,17 @@ kiln_status kiln_matmul_int4_gpu(const kiln_context *ctx, const char *op, const 
 kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *args, void *ws,
                                    CUstream stream);
 kiln_status kiln_qkv_int8_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
+/* PREFILL of the int4 ops (matmul_int4.c): the workspace the weights need (the largest, as x's
+ * 16-bit dtype); checks opts' workspace and resolves *algo (AUTO -> DECODE or PREFILL) on a GPU
+ * context, refusing an explicit PREFILL without enough workspace (KILN_ERROR_WORKSPACE, naming
+ * size_fn); runs one projection (dequantize into ws, then kiln_matmul of x into y). */
+size_t kiln_int4_prefill_bytes(const kiln_qweight *const *w, int nw);
+kiln_status kiln_int4_prefill_plan(const kiln_context *ctx, const char *op, const char *prefix, const char *size_fn,
+                                   int *algo, void *ws, size_t ws_bytes, const kiln_matrix *X, const kiln_matrix *Y,
+                                   const char *const *ynames, int ny, const kiln_qweight *const *w,
+                                   const char *const *wnames, int nw);
+kiln_status kiln_int4_prefill_gpu(const kiln_context *ctx, const char *op, const DLTensor *x, const kiln_int4_args *a,
+                                  const DLTensor *y, void *ws, CUstream stream);
 kiln_status kiln_qkv_int4_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
 
 #endif /* KILN_OPS_H */

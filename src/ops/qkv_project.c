@@ -209,6 +209,41 @@ kiln_status kiln_qkv_project_int8(kiln_context *ctx, const DLTensor *x, const DL
 /* ------------------------------------------------------------------------------------------ */
 /* kiln_qkv_project_int4                                                                      */
 /* ------------------------------------------------------------------------------------------ */
+/* The checks kiln_qkv_project_int4 and its workspace query share: x, the three weights, the
+ * outputs (into X, Y) and that no output shares a byte with a weight. */
+static kiln_status check_int4_call(const kiln_context *ctx, const char *op, const DLTensor *x,
+                                   const kiln_qweight *const w[3], const DLTensor *const out[3], kiln_matrix *X,
+                                   kiln_matrix Y[3]) {
+  kiln_status st = kiln_check_w16_x(ctx, op, x, X);
+  if (st) return st;
+  int64_t n[3];
+  for (int i = 0; i < 3; i++) {
+    if ((st = kiln_check_int4_weight(ctx, op, WNAME[i], w[i], x, X->cols))) return st;
+    n[i] = w[i]->n;
+  }
+  if ((st = check_outputs(ctx, op, out, n, X, Y))) return st;
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++)
+      if ((st = kiln_check_int4_weight_disjoint(op, OUT[i], &Y[i], WNAME[j], w[j]))) return st;
+  return KILN_OK;
+}
+
+kiln_status kiln_qkv_project_int4_workspace_size(kiln_context *ctx, const DLTensor *x, const kiln_qweight *wq,
+                                                 const kiln_qweight *wk, const kiln_qweight *wv, const DLTensor *q,
+                                                 const DLTensor *k, const DLTensor *v, size_t *bytes) {
+  const char *op = "kiln_qkv_project_int4_workspace_size";
+  kiln_status st = kiln_check_context(ctx, op);
+  if (st) return st;
+  if (!bytes) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL; pass the address of a size_t", op);
+  *bytes = 0;
+  const kiln_qweight *const w[3] = {wq, wk, wv};
+  const DLTensor *const out[3] = {q, k, v};
+  kiln_matrix X, Y[3];
+  if ((st = check_int4_call(ctx, op, x, w, out, &X, Y))) return st;
+  if (ctx->device_type != kDLCPU) *bytes = kiln_int4_prefill_bytes(w, 3);
+  return KILN_OK;
+}
+
 kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const kiln_qweight *wq, const kiln_qweight *wk,
                                   const kiln_qweight *wv, const DLTensor *q, const DLTensor *k, const DLTensor *v,
                                   const kiln_qkv_opts *opts, CUstream stream) {
@@ -219,18 +254,14 @@ kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const ki
   if (st) return st;
   const kiln_qweight *const w[3] = {wq, wk, wv};
   const DLTensor *const out[3] = {q, k, v};
-  int64_t n[3];
-  for (int i = 0; i < 3; i++) {
-    if ((st = kiln_check_int4_weight(ctx, op, WNAME[i], w[i], x, X.cols))) return st;
-    n[i] = w[i]->n;
-  }
-  if ((st = check_outputs(ctx, op, out, n, &X, Y))) return st;
-  for (int i = 0; i < 3; i++)
-    for (int j = 0; j < 3; j++)
-      if ((st = kiln_check_int4_weight_disjoint(op, OUT[i], &Y[i], WNAME[j], w[j]))) return st;
+  if ((st = check_int4_call(ctx, op, x, w, out, &X, Y))) return st;
   if (ctx->device_type == kDLCPU)
     for (int i = 0; i < 3; i++)
       if ((st = kiln_check_int4_weight_values(op, WNAME[i], w[i]))) return st;
+  void *ws = opts ? opts->workspace : NULL;
+  if ((st = kiln_int4_prefill_plan(ctx, op, "KILN_QKV", "kiln_qkv_project_int4_workspace_size", &algo, ws,
+                                   opts ? opts->workspace_bytes : 0, &X, Y, OUT, 3, w, WNAME, 3)))
+    return st;
 
   kiln_qkv_args args;
   set_common(&args, &X, Y, algo);
@@ -242,5 +273,13 @@ kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const ki
     p->perm = w[i]->perm;
     p->group = (int32_t)w[i]->group;
   }
-  return run(ctx, op, &args, false, stream);
+  if (algo != KILN_QKV_PREFILL) return run(ctx, op, &args, false, stream);
+  /* PREFILL: each projection dequantized into the workspace and multiplied in turn (the stream
+   * orders the reuse) */
+  for (int i = 0; i < 3; i++) {
+    kiln_int4_args a;
+    kiln_qkv_proj_as_int4(&args, i, &a);
+    if ((st = kiln_int4_prefill_gpu(ctx, op, x, &a, out[i], ws, stream))) return st;
+  }
+  return KILN_OK;
 }

@@ -24,7 +24,10 @@ const char bench_qkv_usage[] =
     "  M in 1, 8, 16, 64, 512, 2048, 8192 (--quick: the first shape, M in 1, 16, 512).\n"
     "  --dtype f16|bf16     activation and output dtype (default f16)\n"
     "  --int8 col|row       int8 weight layout: column-major views of [N, K] (default) or [K, N]\n"
-    "  --only int4|int8     one weight format (default both)\n" BENCH_COMMON_USAGE;
+    "  --only int4|int8     one weight format (default both)\n"
+    "  --algo A             int4: auto (default), decode or prefill; the PREFILL workspace is given\n"
+    "                       to auto from M = 128 and to prefill always (and to the 3 single calls)\n"
+    "  --m M                this one M only\n" BENCH_COMMON_USAGE;
 
 /* n_copies copies of the three projections' buffers, back to back, per buffer kind. */
 typedef struct qkv_weights {
@@ -45,7 +48,9 @@ typedef struct qkv_call {
   DLTensor x, y[3], w8[3], s8[3];
   int64_t xs[2], ys[3][2], w8s[3][2], w8st[3][2], s8s[3];
   kiln_qweight q[3];
-  CUdeviceptr xp, yp; /* y: [M, Nq + 2 Nkv] row-major, q, k, v its column slices */
+  kiln_qkv_opts opts;         /* int4: the algo, and PREFILL's workspace */
+  kiln_matmul_int4_opts opts1; /* the same for the three single calls */
+  CUdeviceptr xp, yp, ws; /* y: [M, Nq + 2 Nkv] row-major, q, k, v its column slices */
   kiln_status st;
   cublasStatus_t cst;
 } qkv_call;
@@ -63,8 +68,8 @@ static void point_int4(qkv_call *c, int iter) {
 static int fused4_fn(void *user, int iter) {
   qkv_call *c = user;
   point_int4(c, iter);
-  c->st = kiln_qkv_project_int4(c->env->ctx, &c->x, &c->q[0], &c->q[1], &c->q[2], &c->y[0], &c->y[1], &c->y[2], NULL,
-                                c->env->stream);
+  c->st = kiln_qkv_project_int4(c->env->ctx, &c->x, &c->q[0], &c->q[1], &c->q[2], &c->y[0], &c->y[1], &c->y[2],
+                                &c->opts, c->env->stream);
   return c->st != KILN_OK;
 }
 
@@ -72,7 +77,8 @@ static int three4_fn(void *user, int iter) {
   qkv_call *c = user;
   point_int4(c, iter);
   for (int i = 0; i < 3; i++)
-    if ((c->st = kiln_matmul_int4(c->env->ctx, &c->x, &c->q[i], &c->y[i], NULL, c->env->stream)) != KILN_OK) return 1;
+    if ((c->st = kiln_matmul_int4(c->env->ctx, &c->x, &c->q[i], &c->y[i], &c->opts1, c->env->stream)) != KILN_OK)
+      return 1;
   return 0;
 }
 
@@ -182,7 +188,7 @@ static int measure(bench_env *env, qkv_call *c, const char *op, const char *algo
 }
 
 static int run_m(bench_env *env, const bench_cublas *cb, qkv_weights *w, int64_t M, bench_dtype dt, int int8_col,
-                 int formats, double copy_gbps) {
+                 int formats, kiln_qkv_algo algo, double copy_gbps) {
   qkv_call c = {.env = env, .cb = cb, .w = w, .M = M, .dt = dt, .int8_col = int8_col};
   const int64_t K = w->K, Nt = w->N[0] + w->N[1] + w->N[2];
   int rc = 0;
@@ -190,6 +196,19 @@ static int run_m(bench_env *env, const bench_cublas *cb, qkv_weights *w, int64_t
       bench_fill_random(env, c.xp, (size_t)(M * K), dt, 35)) {
     rc = -1;
     goto done;
+  }
+  c.opts = kiln_qkv_opts_default(), c.opts1 = kiln_matmul_int4_opts_default();
+  c.opts.algo = algo, c.opts1.algo = (kiln_int4_algo)algo;
+  if (algo == KILN_QKV_PREFILL || (algo == KILN_QKV_AUTO && M >= 128)) { /* the largest weight in x's dtype */
+    int64_t nmax = 0;
+    for (int i = 0; i < 3; i++) nmax = w->N[i] > nmax ? w->N[i] : nmax;
+    const size_t b = (size_t)K * (size_t)nmax * 2;
+    if (bench_alloc(env, b, &c.ws)) {
+      rc = -1;
+      goto done;
+    }
+    c.opts.workspace = c.opts1.workspace = (void *)(uintptr_t)c.ws;
+    c.opts.workspace_bytes = c.opts1.workspace_bytes = b;
   }
   const DLDevice dev = {kDLCUDA, env->info.ordinal};
   const DLDataType f32 = {kDLFloat, 32, 1}, i8 = {kDLInt, 8, 1};
@@ -211,7 +230,8 @@ static int run_m(bench_env *env, const bench_cublas *cb, qkv_weights *w, int64_t
   const double w4b = (double)w->set4, w8b = (double)w->set8;
   const char *cublas = cb->lib ? "cublas f16 merged" : NULL;
   if (formats & 1) {
-    if ((rc = measure(env, &c, "qkv_int4", "w4 g128", w4b, fused4_fn, cb->lib ? peer_fn : NULL, cublas, copy_gbps)))
+    static const char *const names[] = {"w4 g128", "w4 g128 decode", "w4 g128 prefill"};
+    if ((rc = measure(env, &c, "qkv_int4", names[algo], w4b, fused4_fn, cb->lib ? peer_fn : NULL, cublas, copy_gbps)))
       goto done;
     if ((rc = measure(env, &c, "qkv_int4", "fused vs 3 calls", w4b, fused4_fn, three4_fn, "kiln matmul_int4 x3",
                       copy_gbps)))
@@ -221,7 +241,7 @@ static int run_m(bench_env *env, const bench_cublas *cb, qkv_weights *w, int64_t
     rc = measure(env, &c, "qkv_int8", int8_col ? "w8 col-major" : "w8 row-major", w8b, fused8_fn,
                  cb->lib ? peer_fn : NULL, cublas, copy_gbps);
 done:
-  bench_free(env, c.xp), bench_free(env, c.yp);
+  bench_free(env, c.xp), bench_free(env, c.yp), bench_free(env, c.ws);
   return rc;
 }
 
@@ -230,6 +250,8 @@ int bench_qkv_main(int argc, char **argv) {
   bench_common_init(&common);
   bench_dtype dt = BENCH_F16;
   int int8_col = 1, formats = 3;
+  kiln_qkv_algo algo = KILN_QKV_AUTO;
+  long long one_m = 0;
   for (int i = 1; i < argc; i++) {
     int c = bench_parse_common(argc, argv, &i, &common);
     if (c < 0) return 2;
@@ -249,6 +271,12 @@ int bench_qkv_main(int argc, char **argv) {
       formats = !strcmp(v, "int4") ? 1 : 2;
       continue;
     }
+    if (!strcmp(a, "--algo") && v && (!strcmp(v, "auto") || !strcmp(v, "decode") || !strcmp(v, "prefill"))) {
+      algo = !strcmp(v, "auto") ? KILN_QKV_AUTO : !strcmp(v, "decode") ? KILN_QKV_DECODE : KILN_QKV_PREFILL;
+      continue;
+    }
+    char tail = 0;
+    if (!strcmp(a, "--m") && v && sscanf(v, "%lld%c", &one_m, &tail) == 1 && one_m >= 1 && one_m <= 65536) continue;
     fprintf(stderr, "kiln-bench qkv: bad option or value \"%s %s\" (see kiln-bench qkv --help)\n", a, v ? v : "");
     return 2;
   }
@@ -262,8 +290,10 @@ int bench_qkv_main(int argc, char **argv) {
   bench_cublas_open(&cb, env.stream);
   static const int64_t shapes[3][3] = {{4096, 4096, 1024}, {4096, 4096, 4096}, {8192, 8192, 1024}};
   static const int64_t ms_full[] = {1, 8, 16, 64, 512, 2048, 8192}, ms_quick[] = {1, 16, 512};
-  const int64_t *ms = common.quick ? ms_quick : ms_full;
-  const int n_m = common.quick ? 3 : 7, n_shapes = common.quick ? 1 : 3;
+  const int64_t *ms = common.quick ? ms_quick : ms_full, m_one[1] = {one_m};
+  int n_m = common.quick ? 3 : 7;
+  const int n_shapes = common.quick ? 1 : 3;
+  if (one_m) ms = m_one, n_m = 1;
   int dead = 0;
   for (int s = 0; s < n_shapes && !dead; s++) {
     qkv_weights w;
@@ -274,7 +304,7 @@ int bench_qkv_main(int argc, char **argv) {
     }
     for (int i = 0; i < n_m && !dead; i++) {
       if (i == 0 || (ms[i] > 16) != (ms[i - 1] > 16)) bench_table_header(ms[i] > 16 ? BENCH_TFLOPS : BENCH_GBPS);
-      dead = run_m(&env, &cb, &w, ms[i], dt, int8_col, formats, copy_gbps) < 0;
+      dead = run_m(&env, &cb, &w, ms[i], dt, int8_col, formats, algo, copy_gbps) < 0;
     }
     free_weights(&env, &w);
   }
