@@ -383,6 +383,8 @@ typedef struct block {
   buf kc, vc;               /* the KV cache [ctx_len, nkv] */
   buf qd, od, yd;           /* decode: q [1, nq], o [1, nq], y [steps, hidden] */
   float *kf, *vf;           /* the cache's rows as f32 (host), for the float64 reference */
+  DLManagedTensorVersioned *ws; /* GPU: PREFILL's workspace, so AUTO takes PREFILL for the prefill */
+  size_t ws_bytes;
 } block;
 
 /* wo as kiln_matmul's B [nq, hidden]: the transposed view of the Linear weight (column-major). */
@@ -396,9 +398,11 @@ static DLTensor *wo_view(view *v, const block *b, int host) {
  * [cr, cr + m) (k and v are written straight into the cache). */
 static void op_qkv(block *b, buf *x, int64_t xr, int64_t m, buf *q, int64_t qr, int64_t cr) {
   view vx, vq, vk, vv;
+  kiln_qkv_opts opts = kiln_qkv_opts_default(); /* AUTO: DECODE for decode steps, PREFILL from 128 rows */
+  if (b->ws) opts.workspace = b->ws->dl_tensor.data, opts.workspace_bytes = b->ws_bytes;
   CHECK(kiln_qkv_project_int4(g_ctx, rows_of(&vx, x, 0, xr, m), &b->wq.dev, &b->wk.dev, &b->wv.dev,
                               rows_of(&vq, q, 0, qr, m), rows_of(&vk, &b->kc, 0, cr, m),
-                              rows_of(&vv, &b->vc, 0, cr, m), NULL, g_stream));
+                              rows_of(&vv, &b->vc, 0, cr, m), &opts, g_stream));
 }
 /* Stage 2: causal attention of m queries (rows [qr, qr + m) of q) against the first nk cache
  * rows; the mask is aligned bottom-right, so the last query sees all nk keys. -> o rows [or_, ...). */
@@ -735,6 +739,15 @@ int main(int argc, char **argv) {
   b.kf = xmalloc(sizeof(float) * (size_t)(b.ctx_len * b.nkv));
   b.vf = xmalloc(sizeof(float) * (size_t)(b.ctx_len * b.nkv));
   buf_random(&b.x, 1.0f), buf_random(&b.xd, 1.0f);
+  if (g_gpu) { /* PREFILL's workspace (the largest weight as the activations' dtype), asked of the prefill call */
+    view vx, vq, vk, vv;
+    CHECK(kiln_qkv_project_int4_workspace_size(g_ctx, rows_of(&vx, &b.x, 0, 0, c.kv_len), &b.wq.dev, &b.wk.dev,
+                                               &b.wv.dev, rows_of(&vq, &b.q, 0, 0, c.kv_len),
+                                               rows_of(&vk, &b.kc, 0, 0, c.kv_len), rows_of(&vv, &b.vc, 0, 0, c.kv_len),
+                                               &b.ws_bytes));
+    const int64_t n = (int64_t)b.ws_bytes;
+    if (n > 0) CHECK(kiln_tensor_empty(g_ctx, 1, &n, DT_U8, &b.ws));
+  }
 
   const double tol_qkv = c.bf16 ? 6e-3 : 2e-3, tol_attn = c.bf16 ? 1e-2 : 2e-3, tol_mm = c.bf16 ? 6e-3 : 1e-3;
   const int64_t S = c.kv_len;
@@ -908,6 +921,7 @@ int main(int argc, char **argv) {
 
   free(rows), free(nks), free(b.kf), free(b.vf), free(b.wo_host), free(b.wo_f);
   kiln_tensor_free(b.wo_dev);
+  kiln_tensor_free(b.ws);
   qw_free(&b.wq), qw_free(&b.wk), qw_free(&b.wv);
   buf *bufs[] = {&b.x, &b.xd, &b.q, &b.o, &b.y, &b.kc, &b.vc, &b.qd, &b.od, &b.yd};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) buf_free(bufs[i]);
