@@ -10,7 +10,10 @@ N calls (default 2000) timed with time.perf_counter, torch.cuda.synchronize() at
 median of --repeats such runs, in µs per call. The 'issue' column is the same loop timed before
 the final synchronize (what the host spends per call).
 
-    KILN_LIBRARY=build/libkiln.so python3 python/bench_overhead.py [--n 2000] [--repeats 5]
+    KILN_LIBRARY=build/libkiln.so python3 python/bench_overhead.py [--n 2000] [--repeats 5] [--profile]
+
+--profile then runs each kiln call N times under cProfile and prints where the host time goes
+(the functions with the most time of their own), to choose what to trim.
 
 Target (issue 9): eager overhead < 10 µs per call; the last line says how kiln's per-call time,
 and its excess over PyTorch's, compare with it.
@@ -58,6 +61,7 @@ def main(argv=None):
     parser.add_argument("--n", type=int, default=2000, help="calls per timed run (default 2000)")
     parser.add_argument("--warmup", type=int, default=200, help="untimed calls first (default 200)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs; the median is reported (default 5)")
+    parser.add_argument("--profile", action="store_true", help="then profile each kiln call (cProfile)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() or kiln.device_count() == 0 or not kiln.build_has_kernels():
         print(f"needs a CUDA GPU visible to PyTorch and a libkiln with kernels ({kiln.library_path})")
@@ -98,6 +102,19 @@ def main(argv=None):
     print(f"matmul and attention: kiln per call at most {worst_total:.2f} µs (< {TARGET_US:.0f} µs: "
           f"{yes(worst_total < TARGET_US)}); kiln - torch at most {worst_diff:+.2f} µs (< {TARGET_US:.0f} µs: "
           f"{yes(worst_diff < TARGET_US)})")
+    if args.profile:
+        import cProfile
+        import pstats
+        with torch.no_grad():
+            for name, kiln_fn, _, _ in pairs:
+                prof = cProfile.Profile()
+                prof.enable()
+                for _ in range(args.n):
+                    kiln_fn()
+                prof.disable()
+                torch.cuda.synchronize()
+                print(f"\n--- profile: {name}, {args.n} calls (tottime: the function's own time) ---")
+                pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(14)
     return 0
 
 if __name__ == "__main__":
