@@ -454,7 +454,7 @@ KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, cons
  * 16 rows of x (8 when M <= 8), with tensor cores on exactly converted weights, fp32 sums,
  * deterministic (the same call on the same device gives the same bits).
  * kiln_qkv_project_int4 PREFILL runs kiln_matmul_int4's PREFILL for each projection in turn,
- * reusing one workspace (the largest weight as x's dtype); AUTO picks it from M = 128 when opts
+ * reusing one workspace (the largest weight as x's dtype); AUTO picks it from M = 256 when opts
  * carry that workspace, else DECODE. kiln_qkv_project_int8 has no PREFILL yet: AUTO runs DECODE
  * at every M and an explicit PREFILL is UNSUPPORTED. int8 weights are fastest column-major with 8-byte aligned columns (a Linear
  * weight [N, K] as its transposed view) or row-major with 4-byte aligned rows; other layouts

@@ -333,12 +333,12 @@ static void qkv_fused(void **state) {
 }
 
 /* The fused QKV call's PREFILL (each projection dequantized into one shared workspace, then
- * kiln_matmul): explicit at M = 40 and through AUTO at M = 130 (the workspace given), GQA
+ * kiln_matmul): explicit at M = 40 and through AUTO at M = 260 (the workspace given), GQA
  * widths, per-projection group sizes, symmetry and act-order, a column-major k; against the
  * reference on the weights rounded to x's dtype (kiln.h). */
 static void qkv_prefill(void **state) {
   (void)state;
-  static const int64_t Ms[2] = {40, 130};
+  static const int64_t Ms[2] = {40, 260};
   for (int mi = 0; mi < 2; mi++)
     for (int xt = 0; xt < 2; xt++) {
       const int64_t M = Ms[mi], K = 512, Ns[3] = {512, 128, 136}, Gs[3] = {128, 64, 512};

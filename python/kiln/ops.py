@@ -373,19 +373,20 @@ def _matmul_int4_raw(x, qw, y, algo=0, stream=None):
     xm, ym = _rows(x, op, "x", False), _rows(y, op, "out", True)  # locals: alive until the call returns
     tx, ty = _dlpack.tensor(xm, f"{op}: x", s, keep), _dlpack.tensor(ym, f"{op}: out", s, keep, out=True)
     opts = _lib.kiln_matmul_int4_opts(algo)
-    ws = _int4_prefill_workspace(op, x, algo, opts, _F.matmul_int4_workspace_size, ctx, tx, byref(qw), ty)  # noqa: F841
+    ws = _int4_prefill_workspace(op, x, algo, 128, opts, _F.matmul_int4_workspace_size, ctx, tx, byref(qw), ty)  # noqa
     _check(_F.matmul_int4(ctx, tx, byref(qw), ty, byref(opts), s))
     return y
 
 
-def _int4_prefill_workspace(op, x, algo, opts, size_fn, ctx, *args):
+def _int4_prefill_workspace(op, x, algo, from_m, opts, size_fn, ctx, *args):
     """PREFILL's workspace (the largest weight in x's dtype) into opts, for PREFILL and for AUTO
-    from M = 128 rows of x (the rule in src/ops/matmul_int4.c); DECODE and the CPU need none (the
-    size query says 0). Returns the buffer, which must outlive the call."""
+    from from_m rows of x (AUTO's rule in the library: matmul_int4 128, qkv_project_int4 256);
+    DECODE and the CPU need none (the size query says 0). Returns the buffer, which must outlive
+    the call."""
     rows = 1
     for d in tuple(x.shape)[:-1]:
         rows *= int(d)
-    if algo != 2 and not (algo == 0 and rows >= 128):  # 2: PREFILL, 0: AUTO (same in Int4Algo and QkvAlgo)
+    if algo != 2 and not (algo == 0 and rows >= from_m):  # 2: PREFILL, 0: AUTO (same in Int4Algo and QkvAlgo)
         return None
     nbytes = c_size_t(0)
     _check(size_fn(ctx, *args, byref(nbytes)))
@@ -437,7 +438,7 @@ def _qkv_project_int4_raw(x, wq, wk, wv, q, k, v, algo=0, stream=None):
     keep = []
     tx, ty = _qkv_tensors(op, x, (q, k, v), s, keep)
     opts = _lib.kiln_qkv_opts(algo)
-    ws = _int4_prefill_workspace(op, x, algo, opts, _F.qkv_project_int4_workspace_size,  # noqa: F841
+    ws = _int4_prefill_workspace(op, x, algo, 256, opts, _F.qkv_project_int4_workspace_size,  # noqa: F841
                                  ctx, tx, byref(wq), byref(wk), byref(wv), *ty)
     _check(_F.qkv_project_int4(ctx, tx, byref(wq), byref(wk), byref(wv), *ty, byref(opts), s))
     return q, k, v
@@ -449,7 +450,7 @@ def qkv_project_int4(x, wq, wk, wv, out_dtype=None, algo="auto", *, out=None, st
     [K, Nv] (each its own group size; Nk may differ from Nq: grouped-query attention), on X's
     device. Outputs [..., N*] in out_dtype (default X's dtype); each is kiln.matmul_int4(x, w*)
     (bit for bit on the CPU; within SPEC §5 on a GPU). out=(q, k, v) may be disjoint column slices
-    of one buffer. algo: 'auto', 'decode', 'prefill' (GPU only; AUTO takes PREFILL from 128 rows,
+    of one buffer. algo: 'auto', 'decode', 'prefill' (GPU only; AUTO takes PREFILL from 256 rows,
     with a workspace the bridge allocates). Forward-only."""
     op = "kiln.qkv_project_int4"
     ws = [_int4_weight(op, n, w) for n, w in (("wq", wq), ("wk", wk), ("wv", wv))]

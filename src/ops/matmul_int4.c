@@ -172,13 +172,9 @@ size_t kiln_int4_prefill_bytes(const kiln_qweight *const *w, int nw) {
   return need;
 }
 
-/* AUTO runs PREFILL from this many rows of x when the options carry the workspace: DECODE wins at
- * M = 64 and PREFILL at M = 128 at 4096 x 4096, 4096 x 12288 and 8192 x 28672 on the H200
- * (docs/performance.md, scripts/int4-crossover.sh). */
-enum { PREFILL_FROM_M = 128 };
-
 kiln_status kiln_int4_prefill_plan(const kiln_context *ctx, const char *op, const char *prefix, const char *size_fn,
-                                   int *algo, void *ws, size_t ws_bytes, const kiln_matrix *X, const kiln_matrix *Y,
+                                   int64_t from_m, int *algo, void *ws, size_t ws_bytes, const kiln_matrix *X,
+                                   const kiln_matrix *Y,
                                    const char *const *ynames, int ny, const kiln_qweight *const *w,
                                    const char *const *wnames, int nw) {
   const size_t need = kiln_int4_prefill_bytes(w, nw);
@@ -204,7 +200,7 @@ kiln_status kiln_int4_prefill_plan(const kiln_context *ctx, const char *op, cons
     for (int i = 0; !st && i < nw; i++) st = kiln_check_int4_weight_disjoint(op, "opts->workspace", &WS, wnames[i], w[i]);
     if (st) return st;
   }
-  if (*algo == KILN_INT4_AUTO) *algo = have && X->rows >= PREFILL_FROM_M ? KILN_INT4_PREFILL : KILN_INT4_DECODE;
+  if (*algo == KILN_INT4_AUTO) *algo = have && X->rows >= from_m ? KILN_INT4_PREFILL : KILN_INT4_DECODE;
   return KILN_OK;
 }
 
@@ -252,8 +248,11 @@ kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qw
   if ((st = check_args(ctx, op, x, w, y, &X, &Y))) return st;
   int algo = (int)o.algo;
   static const char *const y_name[1] = {"y"}, *const w_name[1] = {"w"};
-  if ((st = kiln_int4_prefill_plan(ctx, op, "KILN_INT4", "kiln_matmul_int4_workspace_size", &algo, o.workspace,
-                                   o.workspace_bytes, &X, &Y, y_name, 1, &w, w_name, 1)))
+  /* AUTO: PREFILL from M = 128 when opts carry the workspace. On the H200 DECODE wins at M = 64 and
+   * PREFILL at M = 128 at 4096 x 4096, 4096 x 12288 and 8192 x 28672 (docs/performance.md,
+   * scripts/int4-crossover.sh). */
+  if ((st = kiln_int4_prefill_plan(ctx, op, "KILN_INT4", "kiln_matmul_int4_workspace_size", 128, &algo,
+                                   o.workspace, o.workspace_bytes, &X, &Y, y_name, 1, &w, w_name, 1)))
     return st;
 
   const kiln_int4_args args = {

@@ -259,7 +259,10 @@ kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const ki
     for (int i = 0; i < 3; i++)
       if ((st = kiln_check_int4_weight_values(op, WNAME[i], w[i]))) return st;
   void *ws = opts ? opts->workspace : NULL;
-  if ((st = kiln_int4_prefill_plan(ctx, op, "KILN_QKV", "kiln_qkv_project_int4_workspace_size", &algo, ws,
+  /* AUTO: PREFILL from M = 256 with the workspace. At K 4096, Nq 4096, Nk = Nv 1024 on the H200,
+   * DECODE takes 59.7 µs at M = 128 against PREFILL's 77.2 (three dequantize passes and three
+   * GEMMs, two of them narrow), PREFILL 77.8 against 106.9 at M = 256 (docs/performance.md). */
+  if ((st = kiln_int4_prefill_plan(ctx, op, "KILN_QKV", "kiln_qkv_project_int4_workspace_size", 256, &algo, ws,
                                    opts ? opts->workspace_bytes : 0, &X, Y, OUT, 3, w, WNAME, 3)))
     return st;
 
