@@ -217,14 +217,23 @@ static void fuzz_w16(kiln_context *ctx, reader *r, const DLTensor *const t[9], i
     if (t[i] && !extent_fits(t[i])) return;
   if (extra.present && !extent_fits(&extra.t)) return;
   if (t[0] && numel(t[0]) > (1 << 12)) return; /* int4 work <= numel(x) · n · 3, n < 254 */
+  /* PREFILL's workspace: the size query (the op's own checks), and a workspace in opts, which
+   * the CPU path must ignore whatever it says (a scratch buffer, a size from the input) */
+  static unsigned char scratch[256];
+  size_t ws = 0;
+  const size_t ws_bytes = (size_t)take(r, 2) << ((a >> 4) & 7);
   if (!qkv) {
+    kiln_matmul_int4_workspace_size(ctx, t[0], &w[0], t[2], (a >> 7) & 1 ? NULL : &ws);
     kiln_matmul_int4_opts o = kiln_matmul_int4_opts_default();
     o.algo = (kiln_int4_algo)algo;
+    if ((a >> 6) & 1) o.workspace = scratch, o.workspace_bytes = ws_bytes;
     kiln_matmul_int4(ctx, t[0], &w[0], t[2], (a >> 3) & 1 ? &o : NULL, NULL);
     return;
   }
+  kiln_qkv_project_int4_workspace_size(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3], (a >> 7) & 1 ? NULL : &ws);
   kiln_qkv_opts o = kiln_qkv_opts_default();
   o.algo = (kiln_qkv_algo)algo;
+  if ((a >> 6) & 1) o.workspace = scratch, o.workspace_bytes = ws_bytes;
   kiln_qkv_project_int4(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3], &o, NULL);
   for (int i = 1; i <= 3; i++) /* int8 work <= numel(x) · numel(w) */
     if (t[0] && t[i] && numel(t[0]) * (numel(t[i]) + 1) > (1 << 20)) return;
