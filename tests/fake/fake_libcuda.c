@@ -110,6 +110,21 @@ static int handle_find(const uintptr_t *table, uintptr_t h) {
     if (table[i] == h) return i;
   return -1;
 }
+/* A new handle into *out, counted in *live; and its release (INVALID_HANDLE when not live). */
+static CUresult handle_new(uintptr_t *table, int *live, void **out) {
+  uintptr_t h = next_handle += 16;
+  if (!handle_add(table, h)) return E_OUT_OF_MEMORY;
+  ++*live;
+  *out = (void *)h;
+  return OK;
+}
+static CUresult handle_release(uintptr_t *table, int *live, void *handle) {
+  int i = handle_find(table, (uintptr_t)handle);
+  if (i < 0) return E_INVALID_HANDLE;
+  table[i] = 0;
+  --*live;
+  return OK;
+}
 
 /* The primary context of device 0, and each thread's context stack. */
 static struct {
@@ -254,12 +269,9 @@ static CUresult library_load(void **lib, const void *code) {
   /* noimage: with two images loaded, the next has no code for this device (so each context
    * creation loads two, fails on the third, and must unload the two) */
   if (is_mode("noimage") && live_libraries >= 2) return E_NO_BINARY_FOR_GPU;
-  uintptr_t h = next_handle += 16;
-  if (!handle_add(libraries, h)) return E_OUT_OF_MEMORY;
-  library_loads++;
-  live_libraries++;
-  *lib = (void *)h;
-  return OK;
+  CUresult r = handle_new(libraries, &live_libraries, lib);
+  if (r == OK) library_loads++;
+  return r;
 }
 static CUresult fake_library_load_data(void **lib, const void *code, int *jo, void **jv, unsigned njo, int *lo,
                                        void **lv, unsigned nlo) {
@@ -267,14 +279,7 @@ static CUresult fake_library_load_data(void **lib, const void *code, int *jo, vo
   if (njo || nlo) return E_INVALID_VALUE; /* kiln passes no options */
   LOCKED(library_load(lib, code));
 }
-static CUresult library_unload(void *lib) {
-  int i = handle_find(libraries, (uintptr_t)lib);
-  if (i < 0) return E_INVALID_HANDLE;
-  libraries[i] = 0;
-  live_libraries--;
-  return OK;
-}
-static CUresult fake_library_unload(void *lib) { LOCKED(library_unload(lib)); }
+static CUresult fake_library_unload(void *lib) { LOCKED(handle_release(libraries, &live_libraries, lib)); }
 /* A kernel and its function are the library's handle itself: a launch through a function of an
  * unloaded library is then CUDA_ERROR_INVALID_HANDLE. */
 static CUresult library_get_kernel(void **kernel, void *lib, const char *name) {
@@ -419,21 +424,10 @@ static CUresult stream_create(void **stream, unsigned flags) {
   CUresult r = need_context();
   if (r != OK) return r;
   if (!stream || flags > 1) return E_INVALID_VALUE;
-  uintptr_t h = next_handle += 16;
-  if (!handle_add(streams, h)) return E_OUT_OF_MEMORY;
-  live_streams++;
-  *stream = (void *)h;
-  return OK;
+  return handle_new(streams, &live_streams, stream);
 }
 static CUresult fake_stream_create(void **stream, unsigned flags) { LOCKED(stream_create(stream, flags)); }
-static CUresult stream_destroy(void *stream) {
-  int i = handle_find(streams, (uintptr_t)stream);
-  if (i < 0) return E_INVALID_HANDLE;
-  streams[i] = 0;
-  live_streams--;
-  return OK;
-}
-static CUresult fake_stream_destroy(void *stream) { LOCKED(stream_destroy(stream)); }
+static CUresult fake_stream_destroy(void *stream) { LOCKED(handle_release(streams, &live_streams, stream)); }
 static CUresult stream_synchronize(void *stream) {
   CUresult r = stream ? OK : need_context(); /* the legacy stream is the current context's */
   return r == OK ? check_stream(stream) : r;
@@ -444,11 +438,7 @@ static CUresult event_create(void **event, unsigned flags) {
   CUresult r = need_context();
   if (r != OK) return r;
   if (!event || flags > 15) return E_INVALID_VALUE;
-  uintptr_t h = next_handle += 16;
-  if (!handle_add(events, h)) return E_OUT_OF_MEMORY;
-  live_events++;
-  *event = (void *)h;
-  return OK;
+  return handle_new(events, &live_events, event);
 }
 static CUresult fake_event_create(void **event, unsigned flags) { LOCKED(event_create(event, flags)); }
 static CUresult event_check(void *event) { return handle_find(events, (uintptr_t)event) >= 0 ? OK : E_INVALID_HANDLE; }
@@ -465,14 +455,7 @@ static CUresult event_elapsed(float *ms, void *start, void *end) {
   return r;
 }
 static CUresult fake_event_elapsed(float *ms, void *start, void *end) { LOCKED(event_elapsed(ms, start, end)); }
-static CUresult event_destroy(void *event) {
-  int i = handle_find(events, (uintptr_t)event);
-  if (i < 0) return E_INVALID_HANDLE;
-  events[i] = 0;
-  live_events--;
-  return OK;
-}
-static CUresult fake_event_destroy(void *event) { LOCKED(event_destroy(event)); }
+static CUresult fake_event_destroy(void *event) { LOCKED(handle_release(events, &live_events, event)); }
 
 static CUresult occupancy_clusters(int *clusters, void *fn, const void *config) {
   CUresult r = need_context();
