@@ -121,6 +121,13 @@ static int check(const tmat *y, const double *ref, const double *mag, int64_t K,
 
 static const char *dt_name(DLDataType t) { return t.bits == 32 ? "f32" : t.code == kDLBfloat ? "bf16" : "f16"; }
 
+/* PREFILL multiplies the weight rounded to x's dtype (kiln.h): its reference rounds wd the same. */
+static void round_to(double *wd, int64_t n, DLDataType xd) {
+  for (int64_t i = 0; i < n; i++)
+    wd[i] = xd.code == kDLBfloat ? kiln_bf16_to_f32(kiln_f32_to_bf16((float)wd[i]))
+                                 : kiln_f16_to_f32(kiln_f32_to_f16((float)wd[i]));
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* One kiln_matmul_int4 case                                                                 */
 /* ---------------------------------------------------------------------------------------- */
@@ -166,10 +173,7 @@ static int run_case(const icase *c) {
   } else {
     gmat_down(&gy, &y);
     double *wd = tq_dequant(&w.q), *ref, *mag;
-    if (c->prefill) /* PREFILL multiplies the weight rounded to x's dtype (kiln.h): so does its reference */
-      for (int64_t i = 0; i < c->K * c->N; i++)
-        wd[i] = c->x.code == kDLBfloat ? kiln_bf16_to_f32(kiln_f32_to_bf16((float)wd[i]))
-                                       : kiln_f16_to_f32(kiln_f32_to_f16((float)wd[i]));
+    if (c->prefill) round_to(wd, c->K * c->N, c->x);
     w16_reference(&x, wd, w.q.perm, c->N, NULL, &ref, &mag);
     ok = check(&y, ref, mag, c->K, what);
     free(ref), free(wd);
@@ -238,6 +242,31 @@ static void decode_layer(void **state) {
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
 }
 
+/* The same call twice gives the same bits (no atomics: warps' partial sums add in order). */
+static void rerun_identical(int64_t M, int64_t K, int64_t N, int64_t G, DLDataType xd) {
+  tq w;
+  tq_make(&w, K, N, G, 0, 0);
+  tmat x, y;
+  tm_compact(&x, xd, 2, 1, M, K);
+  tm_compact(&y, TEST_F32, 2, 1, M, N);
+  tm_fill(&x);
+  gmat gx, gy;
+  gweight gw;
+  gmat_up(&gx, &x), gmat_up(&gy, &y), gweight_up(&gw, &w.q);
+  const size_t bytes = (size_t)y.total * 4;
+  void *first = malloc(bytes);
+  assert_non_null(first);
+  for (int run = 0; run < 2; run++) {
+    assert_kiln_ok(kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, NULL, g_stream));
+    gmat_down(&gy, &y);
+    if (run == 0) memcpy(first, y.buf, bytes);
+  }
+  assert_memory_equal(first, y.buf, bytes);
+  free(first);
+  kiln_tensor_free(gx.dev), kiln_tensor_free(gy.dev), gweight_free(&gw);
+  tm_free(&x), tm_free(&y), tq_free(&w);
+}
+
 /* M <= 8 with K a multiple of 128, N of 32, G in {32, 64, 128}, no act-order and x row-major
  * with 16-byte rows: the shapes whose blocks all take the decode kernel's unguarded path
  * (wa16_decode_sm80.cu). Every such group size, sym and asym, both activation dtypes, every
@@ -259,158 +288,130 @@ static void aligned_decode(void **state) {
       {6, 384, 96, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 3, 0},
   };
   const int n = (int)(sizeof cs / sizeof cs[0]);
-  int failures = run_cases(cs, n);
-  tq w;
-  tq_make(&w, 2048, 512, 64, 0, 0);
-  tmat x, y;
-  tm_compact(&x, TEST_BF16, 2, 1, 8, 2048);
-  tm_compact(&y, TEST_F32, 2, 1, 8, 512);
-  tm_fill(&x);
-  gmat gx, gy;
-  gweight gw;
-  gmat_up(&gx, &x), gmat_up(&gy, &y), gweight_up(&gw, &w.q);
-  const size_t bytes = (size_t)y.total * 4;
-  void *first = malloc(bytes);
-  assert_non_null(first);
-  for (int run = 0; run < 2; run++) {
-    assert_kiln_ok(kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, NULL, g_stream));
-    gmat_down(&gy, &y);
-    if (run == 0) memcpy(first, y.buf, bytes);
-  }
-  assert_memory_equal(first, y.buf, bytes);
-  free(first);
-  kiln_tensor_free(gx.dev), kiln_tensor_free(gy.dev), gweight_free(&gw);
-  tm_free(&x), tm_free(&y), tq_free(&w);
+  const int failures = run_cases(cs, n);
+  rerun_identical(8, 2048, 512, 64, TEST_BF16);
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
 }
 
-/* The fused QKV call: GQA widths, each projection its own group size, symmetry and
- * act-order; every output, and each projection's own kiln_matmul_int4, against the reference. */
+/* The fused QKV tests' problem: x [M, 512], three weights of GQA widths (512, 128, 136), each its
+ * own group size (128, 64, 512), symmetric, asymmetric and act-order, outputs of dtype yd with a
+ * column-major k, poisoned. */
+typedef struct qkvfix {
+  int64_t M, K, N[3], G[3];
+  DLDataType xd;
+  tq w[3];
+  gweight gw[3];
+  tmat x, y[3];
+  gmat gx, gy[3];
+} qkvfix;
+
+static void qkv_setup(qkvfix *f, int64_t M, DLDataType xd, DLDataType yd) {
+  *f = (qkvfix){.M = M, .K = 512, .N = {512, 128, 136}, .G = {128, 64, 512}, .xd = xd};
+  tm_compact(&f->x, xd, 2, 1, M, f->K);
+  tm_fill(&f->x);
+  gmat_up(&f->gx, &f->x);
+  for (int i = 0; i < 3; i++) {
+    tq_make(&f->w[i], f->K, f->N[i], f->G[i], i != 1, i == 2);
+    gweight_up(&f->gw[i], &f->w[i].q);
+    tm_init(&f->y[i], yd, 2, 1, M, f->N[i], i == 1 ? COL : ROW, 2, 0, 0);
+    tm_poison(&f->y[i]);
+    gmat_up(&f->gy[i], &f->y[i]);
+  }
+}
+
+static void qkv_free(qkvfix *f) {
+  for (int i = 0; i < 3; i++) kiln_tensor_free(f->gy[i].dev), gweight_free(&f->gw[i]), tm_free(&f->y[i]), tq_free(&f->w[i]);
+  kiln_tensor_free(f->gx.dev), tm_free(&f->x);
+}
+
+/* y (projection i's output, downloaded) against float64, on the weight rounded to x's dtype for
+ * PREFILL; fails the test with what. */
+static void qkv_check(qkvfix *f, int i, const tmat *y, int prefill, const char *what) {
+  double *wd = tq_dequant(&f->w[i].q), *ref, *mag;
+  if (prefill) round_to(wd, f->K * f->N[i], f->xd);
+  w16_reference(&f->x, wd, f->w[i].q.perm, f->N[i], NULL, &ref, &mag);
+  const int ok = check(y, ref, mag, f->K, what);
+  free(ref), free(wd);
+  if (!ok) fail_msg("%s failed (above)", what);
+}
+
+static void qkv_call(qkvfix *f, const kiln_qkv_opts *opts) {
+  assert_kiln_ok(kiln_qkv_project_int4(g_ctx, &f->gx.t, &f->gw[0].q, &f->gw[1].q, &f->gw[2].q, &f->gy[0].t,
+                                       &f->gy[1].t, &f->gy[2].t, opts, g_stream));
+}
+
+/* The fused QKV call (DECODE) at M 1, 16, 37: every output, and each projection's own
+ * kiln_matmul_int4, against the reference. */
 static void qkv_fused(void **state) {
   (void)state;
   static const int64_t Ms[3] = {1, 16, 37};
   for (int mi = 0; mi < 3; mi++)
     for (int xt = 0; xt < 2; xt++) {
-      const int64_t M = Ms[mi], K = 512, Ns[3] = {512, 128, 136}, Gs[3] = {128, 64, 512};
       const DLDataType xd = xt ? TEST_BF16 : TEST_F16, yd = mi == 1 ? TEST_F32 : xd;
-      tq w[3];
-      gweight gw[3];
-      tmat x, y[3], single;
-      gmat gx, gy[3], gs;
-      tm_compact(&x, xd, 2, 1, M, K);
-      tm_fill(&x);
-      gmat_up(&gx, &x);
+      qkvfix f;
+      qkv_setup(&f, Ms[mi], xd, yd);
+      qkv_call(&f, NULL);
       for (int i = 0; i < 3; i++) {
-        tq_make(&w[i], K, Ns[i], Gs[i], i != 1, i == 2);
-        gweight_up(&gw[i], &w[i].q);
-        tm_init(&y[i], yd, 2, 1, M, Ns[i], i == 1 ? COL : ROW, 2, 0, 0);
-        tm_poison(&y[i]);
-        gmat_up(&gy[i], &y[i]);
-      }
-      assert_kiln_ok(kiln_qkv_project_int4(g_ctx, &gx.t, &gw[0].q, &gw[1].q, &gw[2].q, &gy[0].t, &gy[1].t, &gy[2].t,
-                                           NULL, g_stream));
-      for (int i = 0; i < 3; i++) {
-        char what[120];
-        snprintf(what, sizeof what, "qkv M%" PRId64 " %s projection %d (N %" PRId64 ", G %" PRId64 ")", M,
-                 dt_name(xd), i, Ns[i], Gs[i]);
-        gmat_down(&gy[i], &y[i]);
-        double *wd = tq_dequant(&w[i].q), *ref, *mag;
-        w16_reference(&x, wd, w[i].q.perm, Ns[i], NULL, &ref, &mag);
-        if (!check(&y[i], ref, mag, K, what)) fail_msg("%s failed (above)", what);
+        char what[140];
+        snprintf(what, sizeof what, "qkv M%" PRId64 " %s projection %d (N %" PRId64 ", G %" PRId64 ")", f.M,
+                 dt_name(xd), i, f.N[i], f.G[i]);
+        gmat_down(&f.gy[i], &f.y[i]);
+        qkv_check(&f, i, &f.y[i], 0, what);
         /* the single call agrees (not always bit for bit: a launch of one projection may split
          * K over more warps, kiln.h) */
-        tm_init(&single, yd, 2, 1, M, Ns[i], i == 1 ? COL : ROW, 2, 0, 0);
+        tmat single;
+        gmat gs;
+        tm_init(&single, yd, 2, 1, f.M, f.N[i], i == 1 ? COL : ROW, 2, 0, 0);
         tm_poison(&single);
         gmat_up(&gs, &single);
-        assert_kiln_ok(kiln_matmul_int4(g_ctx, &gx.t, &gw[i].q, &gs.t, NULL, g_stream));
+        assert_kiln_ok(kiln_matmul_int4(g_ctx, &f.gx.t, &f.gw[i].q, &gs.t, NULL, g_stream));
         gmat_down(&gs, &single);
-        if (!check(&single, ref, mag, K, what)) fail_msg("%s: the single kiln_matmul_int4 failed (above)", what);
-        kiln_tensor_free(gs.dev), tm_free(&single), free(ref), free(wd);
+        snprintf(what + strlen(what), sizeof what - strlen(what), ", the single kiln_matmul_int4");
+        qkv_check(&f, i, &single, 0, what);
+        kiln_tensor_free(gs.dev), tm_free(&single);
       }
-      for (int i = 0; i < 3; i++) kiln_tensor_free(gy[i].dev), gweight_free(&gw[i]), tm_free(&y[i]), tq_free(&w[i]);
-      kiln_tensor_free(gx.dev), tm_free(&x);
+      qkv_free(&f);
     }
 }
 
 /* The fused QKV call's PREFILL (each projection dequantized into one shared workspace, then
- * kiln_matmul): explicit at M = 40 and through AUTO at M = 260 (the workspace given), GQA
- * widths, per-projection group sizes, symmetry and act-order, a column-major k; against the
- * reference on the weights rounded to x's dtype (kiln.h). */
+ * kiln_matmul): explicit at M = 40 and through AUTO at M = 260 (the workspace given); against
+ * the reference on the weights rounded to x's dtype (kiln.h). */
 static void qkv_prefill(void **state) {
   (void)state;
   static const int64_t Ms[2] = {40, 260};
   for (int mi = 0; mi < 2; mi++)
     for (int xt = 0; xt < 2; xt++) {
-      const int64_t M = Ms[mi], K = 512, Ns[3] = {512, 128, 136}, Gs[3] = {128, 64, 512};
       const DLDataType xd = xt ? TEST_BF16 : TEST_F16, yd = mi ? TEST_F32 : xd;
-      tq w[3];
-      gweight gw[3];
-      tmat x, y[3];
-      gmat gx, gy[3];
-      tm_compact(&x, xd, 2, 1, M, K);
-      tm_fill(&x);
-      gmat_up(&gx, &x);
-      for (int i = 0; i < 3; i++) {
-        tq_make(&w[i], K, Ns[i], Gs[i], i != 1, i == 2);
-        gweight_up(&gw[i], &w[i].q);
-        tm_init(&y[i], yd, 2, 1, M, Ns[i], i == 1 ? COL : ROW, 2, 0, 0);
-        tm_poison(&y[i]);
-        gmat_up(&gy[i], &y[i]);
-      }
+      qkvfix f;
+      qkv_setup(&f, Ms[mi], xd, yd);
       size_t bytes = 0;
-      assert_kiln_ok(kiln_qkv_project_int4_workspace_size(g_ctx, &gx.t, &gw[0].q, &gw[1].q, &gw[2].q, &gy[0].t,
-                                                          &gy[1].t, &gy[2].t, &bytes));
-      assert_int_equal(bytes, (size_t)(K * 512 * 2)); /* the largest weight, reused in turn */
+      assert_kiln_ok(kiln_qkv_project_int4_workspace_size(g_ctx, &f.gx.t, &f.gw[0].q, &f.gw[1].q, &f.gw[2].q,
+                                                          &f.gy[0].t, &f.gy[1].t, &f.gy[2].t, &bytes));
+      assert_int_equal(bytes, (size_t)(f.K * 512 * 2)); /* the largest weight, reused in turn */
       const int64_t nb = (int64_t)bytes;
       DLManagedTensorVersioned *ws = NULL;
       assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &nb, U8, &ws));
       kiln_qkv_opts opts = kiln_qkv_opts_default();
       opts.algo = mi ? KILN_QKV_AUTO : KILN_QKV_PREFILL;
       opts.workspace = ws->dl_tensor.data, opts.workspace_bytes = bytes;
-      assert_kiln_ok(kiln_qkv_project_int4(g_ctx, &gx.t, &gw[0].q, &gw[1].q, &gw[2].q, &gy[0].t, &gy[1].t, &gy[2].t,
-                                           &opts, g_stream));
+      qkv_call(&f, &opts);
       for (int i = 0; i < 3; i++) {
         char what[120];
-        snprintf(what, sizeof what, "qkv PREFILL M%" PRId64 " %s projection %d (N %" PRId64 ", G %" PRId64 ")", M,
-                 dt_name(xd), i, Ns[i], Gs[i]);
-        gmat_down(&gy[i], &y[i]);
-        double *wd = tq_dequant(&w[i].q), *ref, *mag;
-        for (int64_t j = 0; j < K * Ns[i]; j++)
-          wd[j] = xt ? kiln_bf16_to_f32(kiln_f32_to_bf16((float)wd[j])) : kiln_f16_to_f32(kiln_f32_to_f16((float)wd[j]));
-        w16_reference(&x, wd, w[i].q.perm, Ns[i], NULL, &ref, &mag);
-        if (!check(&y[i], ref, mag, K, what)) fail_msg("%s failed (above)", what);
-        free(ref), free(wd);
+        snprintf(what, sizeof what, "qkv PREFILL M%" PRId64 " %s projection %d (N %" PRId64 ", G %" PRId64 ")", f.M,
+                 dt_name(xd), i, f.N[i], f.G[i]);
+        gmat_down(&f.gy[i], &f.y[i]);
+        qkv_check(&f, i, &f.y[i], 1, what);
       }
       kiln_tensor_free(ws);
-      for (int i = 0; i < 3; i++) kiln_tensor_free(gy[i].dev), gweight_free(&gw[i]), tm_free(&y[i]), tq_free(&w[i]);
-      kiln_tensor_free(gx.dev), tm_free(&x);
+      qkv_free(&f);
     }
 }
 
-/* The same call twice gives the same bits (no atomics: warps' partial sums add in order). */
+/* M = 9: the 16-row kernels. */
 static void deterministic(void **state) {
   (void)state;
-  tq w;
-  tq_make(&w, 2048, 256, 128, 0, 0);
-  tmat x, y;
-  tm_compact(&x, TEST_F16, 2, 1, 9, 2048);
-  tm_compact(&y, TEST_F32, 2, 1, 9, 256);
-  tm_fill(&x);
-  gmat gx, gy;
-  gweight gw;
-  gmat_up(&gx, &x), gmat_up(&gy, &y), gweight_up(&gw, &w.q);
-  const size_t bytes = (size_t)y.total * 4;
-  void *first = malloc(bytes);
-  assert_non_null(first);
-  for (int run = 0; run < 2; run++) {
-    assert_kiln_ok(kiln_matmul_int4(g_ctx, &gx.t, &gw.q, &gy.t, NULL, g_stream));
-    gmat_down(&gy, &y);
-    if (run == 0) memcpy(first, y.buf, bytes);
-  }
-  assert_memory_equal(first, y.buf, bytes);
-  free(first);
-  kiln_tensor_free(gx.dev), kiln_tensor_free(gy.dev), gweight_free(&gw);
-  tm_free(&x), tm_free(&y), tq_free(&w);
+  rerun_identical(9, 2048, 256, 128, TEST_F16);
 }
 
 /* kiln_qkv_project_int8 (W8A16): int8 and uint8 weights, row-major [K, N] and column-major (a
