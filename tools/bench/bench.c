@@ -385,6 +385,15 @@ double bench_copy_gbps(bench_env *env) {
   return gbps;
 }
 
+int bench_w16_algo_parse(const char *s) {
+  static const char *const names[3] = {"auto", "decode", "prefill"};
+  for (int i = 0; s && i < 3; i++)
+    if (!strcmp(s, names[i])) return i;
+  return -1;
+}
+const char *bench_w16_algo_suffix(int algo) { return algo == 1 ? " decode" : algo == 2 ? " prefill" : ""; }
+int bench_w16_gets_workspace(int algo, int64_t m) { return algo == 2 || (algo == 0 && m >= 128); }
+
 int bench_default_reps(const bench_env *env) {
   return env->opts.reps > 0 ? env->opts.reps : env->opts.quick ? 10 : 30;
 }

@@ -148,6 +148,14 @@ int bench_copy_time(bench_env *env, size_t bytes, bench_timing *out);
  * what GB/s rows state their share of. NaN (after printing why) if it could not be measured. */
 double bench_copy_gbps(bench_env *env);
 
+/* --algo of the W·A16 commands (int4, qkv): "auto", "decode", "prefill" -> 0, 1, 2 (the values of
+ * both kiln_int4_algo and kiln_qkv_algo), else -1; the algo column's suffix ("", " decode",
+ * " prefill"); whether a call gets PREFILL's workspace (PREFILL always, AUTO from M = 128, so
+ * AUTO may choose). */
+int bench_w16_algo_parse(const char *s);
+const char *bench_w16_algo_suffix(int algo);
+int bench_w16_gets_workspace(int algo, int64_t m);
+
 /* The repetitions a subcommand should use: --reps, else 30 (10 with --quick). */
 int bench_default_reps(const bench_env *env);
 

@@ -116,7 +116,7 @@ static int run_m(bench_env *env, const bench_cublas *cb, w4_weights *w, int64_t 
   if ((rc = bench_fill_random(env, c.xp, (size_t)(M * K), dt, 24))) goto done;
   c.opts = kiln_matmul_int4_opts_default();
   c.opts.algo = algo;
-  if (algo == KILN_INT4_PREFILL || (algo == KILN_INT4_AUTO && M >= 128)) { /* PREFILL's workspace: the weight in x's dtype */
+  if (bench_w16_gets_workspace(algo, M)) { /* PREFILL's workspace: the weight in x's dtype */
     if (bench_alloc(env, (size_t)(K * N) * 2, &c.ws)) {
       rc = -1;
       goto done;
@@ -133,8 +133,7 @@ static int run_m(bench_env *env, const bench_cublas *cb, w4_weights *w, int64_t 
   const double wbytes = (double)(w->codes_b + w->scales_b + w->zeros_b);
   char shape_s[48], algo_s[24];
   snprintf(shape_s, sizeof shape_s, "M%lldK%lldN%lld", (long long)M, (long long)K, (long long)N);
-  static const char *const algo_names[] = {"", " decode", " prefill"};
-  snprintf(algo_s, sizeof algo_s, "w4 g%lld%s", (long long)(G ? G : K), algo_names[algo]);
+  snprintf(algo_s, sizeof algo_s, "w4 g%lld%s", (long long)(G ? G : K), bench_w16_algo_suffix(algo));
   bench_row row;
   bench_row_init(&row, "matmul_int4", shape_s, bench_dtype_name(dt), algo_s, decode ? BENCH_GBPS : BENCH_TFLOPS,
                  decode ? wbytes : 2.0 * (double)M * (double)N * (double)K);
@@ -187,8 +186,8 @@ int bench_int4_main(int argc, char **argv) {
         one_k % 128 == 0 && one_n >= 1 && one_k <= (1 << 20) && one_n <= (1 << 20))
       continue;
     if (!strcmp(a, "--m") && v && sscanf(v, "%lld%c", &one_m, &tail) == 1 && one_m >= 1 && one_m <= 65536) continue;
-    if (!strcmp(a, "--algo") && v && (!strcmp(v, "auto") || !strcmp(v, "decode") || !strcmp(v, "prefill"))) {
-      algo = !strcmp(v, "auto") ? KILN_INT4_AUTO : !strcmp(v, "decode") ? KILN_INT4_DECODE : KILN_INT4_PREFILL;
+    if (!strcmp(a, "--algo") && bench_w16_algo_parse(v) >= 0) {
+      algo = (kiln_int4_algo)bench_w16_algo_parse(v);
       continue;
     }
     fprintf(stderr, "kiln-bench int4: bad option or value \"%s %s\" (see kiln-bench int4 --help)\n", a, v ? v : "");

@@ -199,7 +199,7 @@ static int run_m(bench_env *env, const bench_cublas *cb, qkv_weights *w, int64_t
   }
   c.opts = kiln_qkv_opts_default(), c.opts1 = kiln_matmul_int4_opts_default();
   c.opts.algo = algo, c.opts1.algo = (kiln_int4_algo)algo;
-  if (algo == KILN_QKV_PREFILL || (algo == KILN_QKV_AUTO && M >= 128)) { /* the largest weight in x's dtype */
+  if (bench_w16_gets_workspace(algo, M)) { /* the largest weight in x's dtype */
     int64_t nmax = 0;
     for (int i = 0; i < 3; i++) nmax = w->N[i] > nmax ? w->N[i] : nmax;
     const size_t b = (size_t)K * (size_t)nmax * 2;
@@ -230,8 +230,9 @@ static int run_m(bench_env *env, const bench_cublas *cb, qkv_weights *w, int64_t
   const double w4b = (double)w->set4, w8b = (double)w->set8;
   const char *cublas = cb->lib ? "cublas f16 merged" : NULL;
   if (formats & 1) {
-    static const char *const names[] = {"w4 g128", "w4 g128 decode", "w4 g128 prefill"};
-    if ((rc = measure(env, &c, "qkv_int4", names[algo], w4b, fused4_fn, cb->lib ? peer_fn : NULL, cublas, copy_gbps)))
+    char name4[32];
+    snprintf(name4, sizeof name4, "w4 g128%s", bench_w16_algo_suffix(algo));
+    if ((rc = measure(env, &c, "qkv_int4", name4, w4b, fused4_fn, cb->lib ? peer_fn : NULL, cublas, copy_gbps)))
       goto done;
     if ((rc = measure(env, &c, "qkv_int4", "fused vs 3 calls", w4b, fused4_fn, three4_fn, "kiln matmul_int4 x3",
                       copy_gbps)))
@@ -271,8 +272,8 @@ int bench_qkv_main(int argc, char **argv) {
       formats = !strcmp(v, "int4") ? 1 : 2;
       continue;
     }
-    if (!strcmp(a, "--algo") && v && (!strcmp(v, "auto") || !strcmp(v, "decode") || !strcmp(v, "prefill"))) {
-      algo = !strcmp(v, "auto") ? KILN_QKV_AUTO : !strcmp(v, "decode") ? KILN_QKV_DECODE : KILN_QKV_PREFILL;
+    if (!strcmp(a, "--algo") && bench_w16_algo_parse(v) >= 0) {
+      algo = (kiln_qkv_algo)bench_w16_algo_parse(v);
       continue;
     }
     char tail = 0;
