@@ -454,8 +454,10 @@ KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, cons
  * 16 rows of x (8 when M <= 8), with tensor cores on exactly converted weights, fp32 sums,
  * deterministic (the same call on the same device gives the same bits).
  * kiln_qkv_project_int4 PREFILL runs kiln_matmul_int4's PREFILL for each projection in turn,
- * reusing one workspace (the largest weight as x's dtype); AUTO picks it from M = 256 when opts
- * carry that workspace, else DECODE. kiln_qkv_project_int8 has no PREFILL yet: AUTO runs DECODE
+ * reusing one workspace (the largest weight as x's dtype); when q, k and v are adjacent column
+ * slices of one row-major buffer and the workspace holds all three weights, they are dequantized
+ * side by side and multiplied in one GEMM (the workspace query then asks for that size). AUTO
+ * picks PREFILL from M = 256 when opts carry a workspace, else DECODE. kiln_qkv_project_int8 has no PREFILL yet: AUTO runs DECODE
  * at every M and an explicit PREFILL is UNSUPPORTED. int8 weights are fastest column-major with 8-byte aligned columns (a Linear
  * weight [N, K] as its transposed view) or row-major with 4-byte aligned rows; other layouts
  * load element by element. */
@@ -481,8 +483,9 @@ KILN_API kiln_status kiln_qkv_project_int8(kiln_context *ctx, const DLTensor *x,
                                            const DLTensor *k_scale, const DLTensor *v_scale, const DLTensor *q,
                                            const DLTensor *k, const DLTensor *v, const kiln_qkv_opts *opts,
                                            CUstream stream);
-/* Bytes of workspace kiln_qkv_project_int4's PREFILL needs for this call (the largest of the
- * three weights as x's dtype); 0 on a CPU context. Checks the same arguments as the op. */
+/* Bytes of workspace kiln_qkv_project_int4's PREFILL wants for this call: the three weights as
+ * x's dtype when the outputs are adjacent slices of one buffer (one GEMM), else the largest
+ * (which also suffices then, for three GEMMs); 0 on a CPU context. Checks the op's arguments. */
 KILN_API kiln_status kiln_qkv_project_int4_workspace_size(kiln_context *ctx, const DLTensor *x, const kiln_qweight *wq,
                                                           const kiln_qweight *wk, const kiln_qweight *wv,
                                                           const DLTensor *q, const DLTensor *k, const DLTensor *v,

@@ -387,6 +387,80 @@ static void qkv_prefill(void **state) {
     }
 }
 
+/* The fused QKV PREFILL into adjacent column slices of one row-major [M, Ntot + 1] buffer (the
+ * usual fused output, one padding column): the three weights dequantized side by side, one GEMM.
+ * Widths whose offsets and total allow the 16-byte dequantize stores (512 + 128 + 136) and
+ * widths that do not (96 + 40 + 33); the workspace query gives the merged size; each slice
+ * against the reference on the rounded weights, the padding column untouched. */
+static void qkv_prefill_merged(void **state) {
+  (void)state;
+  static const int64_t widths[2][3] = {{512, 128, 136}, {96, 40, 33}};
+  for (int wi = 0; wi < 2; wi++) {
+    const int64_t M = 300, K = 256, *Ns = widths[wi], NT = Ns[0] + Ns[1] + Ns[2] + 1;
+    const DLDataType xd = wi ? TEST_BF16 : TEST_F16, yd = wi ? TEST_BF16 : TEST_F32;
+    const size_t ye = yd.bits / 8;
+    tq w[3];
+    gweight gw[3];
+    tmat x;
+    gmat gx;
+    tm_compact(&x, xd, 2, 1, M, K);
+    tm_fill(&x);
+    gmat_up(&gx, &x);
+    for (int i = 0; i < 3; i++) {
+      tq_make(&w[i], K, Ns[i], i == 1 ? 64 : 128, i != 1, i == 2);
+      gweight_up(&gw[i], &w[i].q);
+    }
+    char *buf = malloc((size_t)(M * NT) * ye);
+    assert_non_null(buf);
+    test_poison(buf, yd, M * NT);
+    DLManagedTensorVersioned *gy = upload(buf, (size_t)(M * NT) * ye);
+    int64_t shapes[3][2], strides[2] = {NT, 1}, col = 0;
+    DLTensor out[3];
+    for (int i = 0; i < 3; i++) {
+      shapes[i][0] = M, shapes[i][1] = Ns[i];
+      out[i] = (DLTensor){.data = (char *)gy->dl_tensor.data + col * (int64_t)ye, .device = {kDLCUDA, 0}, .ndim = 2,
+                          .dtype = yd, .shape = shapes[i], .strides = strides};
+      col += Ns[i];
+    }
+    size_t bytes = 0;
+    assert_kiln_ok(kiln_qkv_project_int4_workspace_size(g_ctx, &gx.t, &gw[0].q, &gw[1].q, &gw[2].q, &out[0], &out[1],
+                                                        &out[2], &bytes));
+    assert_int_equal(bytes, (size_t)(K * (NT - 1) * 2)); /* the three weights side by side */
+    const int64_t nb = (int64_t)bytes;
+    DLManagedTensorVersioned *ws = NULL;
+    assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &nb, U8, &ws));
+    kiln_qkv_opts opts = kiln_qkv_opts_default(); /* AUTO: M = 300 takes PREFILL */
+    opts.workspace = ws->dl_tensor.data, opts.workspace_bytes = bytes;
+    assert_kiln_ok(kiln_qkv_project_int4(g_ctx, &gx.t, &gw[0].q, &gw[1].q, &gw[2].q, &out[0], &out[1], &out[2], &opts,
+                                         g_stream));
+    download(buf, gy, (size_t)(M * NT) * ye);
+    col = 0;
+    for (int i = 0; i < 3; i++) {
+      char what[120];
+      snprintf(what, sizeof what, "qkv PREFILL merged %s, slice %d (N %" PRId64 ")", dt_name(xd), i, Ns[i]);
+      tmat slice;
+      tm_compact(&slice, yd, 2, 1, M, Ns[i]);
+      for (int64_t m = 0; m < M; m++) memcpy((char *)slice.buf + (size_t)(m * Ns[i]) * ye, buf + (size_t)(m * NT + col) * ye, (size_t)Ns[i] * ye);
+      double *wd = tq_dequant(&w[i].q), *ref, *mag;
+      for (int64_t j = 0; j < K * Ns[i]; j++)
+        wd[j] = wi ? kiln_bf16_to_f32(kiln_f32_to_bf16((float)wd[j])) : kiln_f16_to_f32(kiln_f32_to_f16((float)wd[j]));
+      w16_reference(&x, wd, w[i].q.perm, Ns[i], NULL, &ref, &mag);
+      if (!check(&slice, ref, mag, K, what)) fail_msg("%s failed (above)", what);
+      free(ref), free(wd), tm_free(&slice);
+      col += Ns[i];
+    }
+    tmat pad; /* the padding column, as a poisoned [M, 1] matrix would read */
+    tm_compact(&pad, yd, 2, 1, M, 1);
+    for (int64_t m = 0; m < M; m++) memcpy((char *)pad.buf + (size_t)m * ye, buf + (size_t)(m * NT + NT - 1) * ye, ye);
+    for (int64_t m = 0; m < M; m++)
+      assert_true(ye == 4 ? ((uint32_t *)pad.buf)[m] == 0x7fc00000u : ((uint16_t *)pad.buf)[m] == 0x7fc0);
+    tm_free(&pad);
+    kiln_tensor_free(ws), kiln_tensor_free(gy), free(buf);
+    for (int i = 0; i < 3; i++) gweight_free(&gw[i]), tq_free(&w[i]);
+    kiln_tensor_free(gx.dev), tm_free(&x);
+  }
+}
+
 /* The same call twice gives the same bits (no atomics: warps' partial sums add in order). */
 static void deterministic(void **state) {
   (void)state;
@@ -561,7 +635,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(groups_dtypes), cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
       cmocka_unit_test(aligned_decode),
-      cmocka_unit_test(qkv_fused), cmocka_unit_test(qkv_prefill),     cmocka_unit_test(qkv_int8),            cmocka_unit_test(deterministic),
+      cmocka_unit_test(qkv_fused), cmocka_unit_test(qkv_prefill), cmocka_unit_test(qkv_prefill_merged),     cmocka_unit_test(qkv_int8),            cmocka_unit_test(deterministic),
       cmocka_unit_test(prefill),       cmocka_unit_test(refusals),
   };
   int failed = cmocka_run_group_tests_name("gpu_int4", tests, NULL, NULL);

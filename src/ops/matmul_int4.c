@@ -173,11 +173,9 @@ size_t kiln_int4_prefill_bytes(const kiln_qweight *const *w, int nw) {
 }
 
 kiln_status kiln_int4_prefill_plan(const kiln_context *ctx, const char *op, const char *prefix, const char *size_fn,
-                                   int64_t from_m, int *algo, void *ws, size_t ws_bytes, const kiln_matrix *X,
-                                   const kiln_matrix *Y,
-                                   const char *const *ynames, int ny, const kiln_qweight *const *w,
-                                   const char *const *wnames, int nw) {
-  const size_t need = kiln_int4_prefill_bytes(w, nw);
+                                   int64_t from_m, size_t need, int *algo, void *ws, size_t ws_bytes,
+                                   const kiln_matrix *X, const kiln_matrix *Y, const char *const *ynames, int ny,
+                                   const kiln_qweight *const *w, const char *const *wnames, int nw) {
   const bool have = ws && ws_bytes >= need;
   if (*algo == KILN_INT4_PREFILL && !have)
     return kiln_fail(KILN_ERROR_WORKSPACE,
@@ -209,7 +207,7 @@ kiln_status kiln_int4_prefill_gpu(const kiln_context *ctx, const char *op, const
   kiln_ctx_scope scope;
   kiln_status st = kiln_ctx_enter(ctx, &scope, op);
   if (st) return st;
-  st = kiln_w4_dequantize_gpu(ctx, op, a, ws, stream);
+  st = kiln_w4_dequantize_gpu(ctx, op, a, ws, a->n, stream);
   kiln_ctx_leave(ctx, &scope);
   if (st) return st;
   /* y = x · W with W the dequantized weight in the workspace (row-major [K, N], x's dtype) */
@@ -251,8 +249,9 @@ kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qw
   /* AUTO: PREFILL from M = 128 when opts carry the workspace. On the H200 DECODE wins at M = 64 and
    * PREFILL at M = 128 at 4096 x 4096, 4096 x 12288 and 8192 x 28672 (docs/performance.md,
    * scripts/int4-crossover.sh). */
-  if ((st = kiln_int4_prefill_plan(ctx, op, "KILN_INT4", "kiln_matmul_int4_workspace_size", 128, &algo,
-                                   o.workspace, o.workspace_bytes, &X, &Y, y_name, 1, &w, w_name, 1)))
+  if ((st = kiln_int4_prefill_plan(ctx, op, "KILN_INT4", "kiln_matmul_int4_workspace_size", 128,
+                                   kiln_int4_prefill_bytes(&w, 1), &algo, o.workspace, o.workspace_bytes, &X, &Y,
+                                   y_name, 1, &w, w_name, 1)))
     return st;
 
   const kiln_int4_args args = {

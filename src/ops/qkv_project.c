@@ -228,6 +228,23 @@ static kiln_status check_int4_call(const kiln_context *ctx, const char *op, cons
   return KILN_OK;
 }
 
+/* PREFILL's workspace: when q, k and v are adjacent column slices of one row-major buffer (y
+ * [M, Nq + Nk + Nv] split three ways, the usual fused output), the three weights dequantized
+ * side by side as one [K, Nq + Nk + Nv] matrix for a single GEMM; otherwise the largest weight,
+ * reused by each projection in turn. */
+static bool outputs_adjacent(const kiln_matrix Y[3]) {
+  int64_t n = 0;
+  for (int i = 0; i < 3; i++) {
+    if (Y[i].cs != 1 || Y[i].rs != Y[0].rs || (i > 0 && Y[i].data != Y[i - 1].data + Y[i - 1].cols * (int64_t)Y[i].elem))
+      return false;
+    n += Y[i].cols;
+  }
+  return Y[0].rs >= n;
+}
+static size_t merged_bytes(const kiln_qweight *const w[3]) {
+  return (size_t)w[0]->k * (size_t)(w[0]->n + w[1]->n + w[2]->n) * 2;
+}
+
 kiln_status kiln_qkv_project_int4_workspace_size(kiln_context *ctx, const DLTensor *x, const kiln_qweight *wq,
                                                  const kiln_qweight *wk, const kiln_qweight *wv, const DLTensor *q,
                                                  const DLTensor *k, const DLTensor *v, size_t *bytes) {
@@ -240,7 +257,37 @@ kiln_status kiln_qkv_project_int4_workspace_size(kiln_context *ctx, const DLTens
   const DLTensor *const out[3] = {q, k, v};
   kiln_matrix X, Y[3];
   if ((st = check_int4_call(ctx, op, x, w, out, &X, Y))) return st;
-  if (ctx->device_type != kDLCPU) *bytes = kiln_int4_prefill_bytes(w, 3);
+  if (ctx->device_type != kDLCPU) *bytes = outputs_adjacent(Y) ? merged_bytes(w) : kiln_int4_prefill_bytes(w, 3);
+  return KILN_OK;
+}
+
+/* PREFILL into adjacent outputs: the three weights dequantized side by side into ws as one
+ * [K, Ntot] matrix, then one kiln_matmul of x into the [M, Ntot] view that q, k and v tile. */
+static kiln_status prefill_merged(const kiln_context *ctx, const char *op, const DLTensor *x, const kiln_matrix *X,
+                                  const kiln_matrix *Y0, const kiln_qkv_args *args, void *ws, CUstream stream) {
+  const int64_t ntot = (int64_t)args->proj[0].n + args->proj[1].n + args->proj[2].n;
+  kiln_ctx_scope scope;
+  kiln_status st = kiln_ctx_enter(ctx, &scope, op);
+  if (st) return st;
+  int64_t col = 0;
+  for (int i = 0; i < 3 && !st; i++) {
+    kiln_int4_args a;
+    kiln_qkv_proj_as_int4(args, i, &a);
+    st = kiln_w4_dequantize_gpu(ctx, op, &a, (char *)ws + col * 2, ntot, stream);
+    col += a.n;
+  }
+  kiln_ctx_leave(ctx, &scope);
+  if (st) return st;
+  int64_t xs[2] = {X->rows, X->cols}, xst[2] = {X->rs, X->cs}, ws_shape[2] = {X->cols, ntot};
+  int64_t ys[2] = {X->rows, ntot}, yst[2] = {Y0->rs, 1};
+  const DLTensor XT = {.data = X->data, .device = x->device, .ndim = 2, .dtype = X->dtype, .shape = xs, .strides = xst};
+  const DLTensor W = {.data = ws, .device = x->device, .ndim = 2, .dtype = X->dtype, .shape = ws_shape};
+  const DLTensor YT = {.data = Y0->data, .device = x->device, .ndim = 2, .dtype = Y0->dtype, .shape = ys, .strides = yst};
+  if ((st = kiln_matmul((kiln_context *)ctx, &XT, &W, &YT, NULL, stream))) {
+    char why[512]; /* kiln_matmul's message, attributed to this op (copied: kiln_fail writes that buffer) */
+    snprintf(why, sizeof why, "%s", kiln_last_error());
+    return kiln_fail(st, "%s (PREFILL): %s", op, why);
+  }
   return KILN_OK;
 }
 
@@ -259,11 +306,15 @@ kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const ki
     for (int i = 0; i < 3; i++)
       if ((st = kiln_check_int4_weight_values(op, WNAME[i], w[i]))) return st;
   void *ws = opts ? opts->workspace : NULL;
+  const size_t ws_bytes = opts ? opts->workspace_bytes : 0;
+  const bool merged = outputs_adjacent(Y) && ws && ws_bytes >= merged_bytes(w);
   /* AUTO: PREFILL from M = 256 with the workspace. At K 4096, Nq 4096, Nk = Nv 1024 on the H200,
    * DECODE takes 59.7 µs at M = 128 against PREFILL's 77.2 (three dequantize passes and three
-   * GEMMs, two of them narrow), PREFILL 77.8 against 106.9 at M = 256 (docs/performance.md). */
-  if ((st = kiln_int4_prefill_plan(ctx, op, "KILN_QKV", "kiln_qkv_project_int4_workspace_size", 256, &algo, ws,
-                                   opts ? opts->workspace_bytes : 0, &X, Y, OUT, 3, w, WNAME, 3)))
+   * GEMMs, two of them narrow), PREFILL 77.8 against 106.9 at M = 256 (docs/performance.md;
+   * measured before the merged GEMM). */
+  if ((st = kiln_int4_prefill_plan(ctx, op, "KILN_QKV", "kiln_qkv_project_int4_workspace_size", 256,
+                                   merged ? merged_bytes(w) : kiln_int4_prefill_bytes(w, 3), &algo, ws, ws_bytes,
+                                   &X, Y, OUT, 3, w, WNAME, 3)))
     return st;
 
   kiln_qkv_args args;
@@ -277,6 +328,7 @@ kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const ki
     p->group = (int32_t)w[i]->group;
   }
   if (algo != KILN_QKV_PREFILL) return run(ctx, op, &args, false, stream);
+  if (merged) return prefill_merged(ctx, op, x, &X, &Y[0], &args, ws, stream);
   /* PREFILL: each projection dequantized into the workspace and multiplied in turn (the stream
    * orders the reuse) */
   for (int i = 0; i < 3; i++) {

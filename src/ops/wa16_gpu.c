@@ -61,14 +61,14 @@ kiln_status kiln_qkv_int8_gpu(const kiln_context *ctx, const char *op, const kil
 }
 
 kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *a, void *ws,
-                                   CUstream stream) {
+                                   int64_t ld, CUstream stream) {
   kiln_int4_args args = *a;
   /* 8 columns per thread (16-byte loads and stores) when the rows and pointers allow it */
-  int cols = a->n % 8 == 0 && (uintptr_t)a->codes % 16 == 0 && (uintptr_t)a->scales % 16 == 0 &&
-                     (uintptr_t)a->zeros % 8 == 0
+  int cols = a->n % 8 == 0 && ld % 8 == 0 && (uintptr_t)ws % 16 == 0 && (uintptr_t)a->codes % 16 == 0 &&
+                     (uintptr_t)a->scales % 16 == 0 && (uintptr_t)a->zeros % 8 == 0
                  ? 8
                  : 1;
-  void *params[] = {&args, &ws, &cols};
+  void *params[] = {&args, &ws, &cols, &ld};
   const unsigned threads = 256, blocks_x = (unsigned)((a->n + (int64_t)threads * cols - 1) / ((int64_t)threads * cols)),
                  blocks_y = (unsigned)(a->k / 8 < 65535 ? a->k / 8 : 65535);
   return kiln_launch(ctx, a->x_dtype == KILN_DT_BF16 ? KILN_K_W4_DEQUANT_BF16 : KILN_K_W4_DEQUANT_F16, blocks_x,
