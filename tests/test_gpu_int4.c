@@ -495,6 +495,7 @@ static void deterministic(void **state) {
 typedef struct i8case {
   int64_t M, K, N[3];
   int xd, yd, seed; /* W16_X_DT, W16_OUT_DT indices; seed picks layouts, padding, int8/uint8 */
+  int prefill;      /* 1: algo PREFILL with a workspace, 2: AUTO with a workspace (M >= 256) */
 } i8case;
 
 static int run_int8_case(const i8case *c) {
@@ -521,8 +522,22 @@ static int run_int8_case(const i8case *c) {
     tm_poison(&y[i]);
     gmat_up(&gy[i], &y[i]);
   }
+  kiln_qkv_opts opts = kiln_qkv_opts_default();
+  DLManagedTensorVersioned *ws = NULL;
+  if (c->prefill) {
+    size_t bytes = 0;
+    assert_kiln_ok(kiln_qkv_project_int8_workspace_size(g_ctx, &gx.t, &gw[0].t, &gw[1].t, &gw[2].t, &st[0], &st[1],
+                                                        &st[2], &gy[0].t, &gy[1].t, &gy[2].t, &bytes));
+    int64_t big = c->N[0] > c->N[1] ? c->N[0] : c->N[1];
+    big = big > c->N[2] ? big : c->N[2];
+    assert_int_equal(bytes, (size_t)(K * big * 2)); /* separate outputs: the largest weight, reused */
+    const int64_t nb = (int64_t)bytes;
+    assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &nb, U8, &ws));
+    opts.algo = c->prefill == 1 ? KILN_QKV_PREFILL : KILN_QKV_AUTO;
+    opts.workspace = ws->dl_tensor.data, opts.workspace_bytes = bytes;
+  }
   const kiln_status status = kiln_qkv_project_int8(g_ctx, &gx.t, &gw[0].t, &gw[1].t, &gw[2].t, &st[0], &st[1], &st[2],
-                                                   &gy[0].t, &gy[1].t, &gy[2].t, NULL, g_stream);
+                                                   &gy[0].t, &gy[1].t, &gy[2].t, &opts, g_stream);
   int ok = status == KILN_OK;
   if (!ok) print_message("FAILED int8 M%" PRId64 " K%" PRId64 ": %s\n", M, K, kiln_last_error());
   for (int i = 0; i < 3 && ok; i++) {
@@ -532,7 +547,15 @@ static int run_int8_case(const i8case *c) {
              w[i].rs == 1 ? " col-major" : "", s[i].n > 1 ? " column scales" : "", i);
     gmat_down(&gy[i], &y[i]);
     double *wd = i8_values(&w[i]), *sc = ts_expand(&s[i], c->N[i]), *ref, *mag;
-    w16_reference(&x, wd, NULL, c->N[i], sc, &ref, &mag);
+    if (c->prefill) { /* PREFILL multiplies w · scale rounded to x's dtype (kiln.h): so does its reference */
+      const bool bf = W16_X_DT[c->xd].code == kDLBfloat;
+      for (int64_t r = 0; r < K; r++)
+        for (int64_t j = 0; j < c->N[i]; j++) {
+          const float v = (float)wd[r * c->N[i] + j] * (float)sc[j];
+          wd[r * c->N[i] + j] = bf ? kiln_bf16_to_f32(kiln_f32_to_bf16(v)) : kiln_f16_to_f32(kiln_f32_to_f16(v));
+        }
+    }
+    w16_reference(&x, wd, NULL, c->N[i], c->prefill ? NULL : sc, &ref, &mag);
     ok = check(&y[i], ref, mag, K, what);
     free(ref), free(wd), free(sc);
   }
@@ -540,8 +563,25 @@ static int run_int8_case(const i8case *c) {
     kiln_tensor_free(gw[i].dev), kiln_tensor_free(gy[i].dev), kiln_tensor_free(gs[i]);
     tm_free(&w[i]), tm_free(&y[i]), free(s[i].buf);
   }
-  kiln_tensor_free(gx.dev), tm_free(&x);
+  kiln_tensor_free(gx.dev), tm_free(&x), kiln_tensor_free(ws);
   return ok;
+}
+
+/* kiln_qkv_project_int8's PREFILL (w · scale into the workspace as x's dtype through a 32 x 32
+ * shared-memory tile, then kiln_matmul): explicit at small and ragged M, through AUTO at
+ * M >= 256; both weight layouts (padded, unaligned), int8 and uint8, scales [1] and strided
+ * [N], K and N not multiples of the tile, every x and y dtype. */
+static void qkv_int8_prefill(void **state) {
+  (void)state;
+  const i8case cs[] = {
+      {40, 264, {96, 33, 40}, 0, 0, 0, 1},   {7, 64, {32, 32, 32}, 1, 1, 1, 1},
+      {300, 512, {512, 128, 136}, 0, 2, 2, 2}, {260, 200, {70, 24, 24}, 1, 0, 3, 2},
+      {256, 96, {64, 100, 8}, 0, 1, 4, 2},
+  };
+  const int n = (int)(sizeof cs / sizeof cs[0]);
+  int failures = 0;
+  for (int i = 0; i < n; i++) failures += !run_int8_case(&cs[i]);
+  if (failures) fail_msg("%d of %d int8 PREFILL cases failed (listed above)", failures, n);
 }
 
 static void qkv_int8(void **state) {
@@ -552,13 +592,13 @@ static void qkv_int8(void **state) {
   for (int im = 0; im < 6; im++)
     for (int xd = 0; xd < 2; xd++)
       for (int yd = 0; yd < 3; yd++, n++)
-        cs[n] = (i8case){Ms[im], Ks[n % 4], {33 + 32 * (n % 3), 7 + 2 * (n % 3), 1 + 2 * (n % 5)}, xd, yd, n};
+        cs[n] = (i8case){Ms[im], Ks[n % 4], {33 + 32 * (n % 3), 7 + 2 * (n % 3), 1 + 2 * (n % 5)}, xd, yd, n, 0};
   int failures = 0;
   for (int i = 0; i < n; i++) failures += !run_int8_case(&cs[i]);
   /* decode-size GQA (smaller under the sanitizer) */
   const int64_t S = getenv("KILN_TEST_SANITIZER") ? 512 : 4096;
-  const i8case big[] = {{1, S, {S, S / 4, S / 4}, 0, 1, 0}, {16, S, {S, S / 4, S / 4}, 1, 2, 1},
-                        {5, S, {S, S / 4, S / 4}, 0, 0, 2}};
+  const i8case big[] = {{1, S, {S, S / 4, S / 4}, 0, 1, 0, 0}, {16, S, {S, S / 4, S / 4}, 1, 2, 1, 0},
+                        {5, S, {S, S / 4, S / 4}, 0, 0, 2, 0}};
   for (int i = 0; i < 3; i++) failures += !run_int8_case(&big[i]);
   if (failures) fail_msg("%d of %d int8 cases failed (listed above)", failures, n + 3);
 }
@@ -635,7 +675,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(groups_dtypes), cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
       cmocka_unit_test(aligned_decode),
-      cmocka_unit_test(qkv_fused), cmocka_unit_test(qkv_prefill), cmocka_unit_test(qkv_prefill_merged),     cmocka_unit_test(qkv_int8),            cmocka_unit_test(deterministic),
+      cmocka_unit_test(qkv_fused), cmocka_unit_test(qkv_prefill), cmocka_unit_test(qkv_prefill_merged),     cmocka_unit_test(qkv_int8), cmocka_unit_test(qkv_int8_prefill),            cmocka_unit_test(deterministic),
       cmocka_unit_test(prefill),       cmocka_unit_test(refusals),
   };
   int failed = cmocka_run_group_tests_name("gpu_int4", tests, NULL, NULL);
