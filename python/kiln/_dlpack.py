@@ -51,6 +51,8 @@ def _torch_current_stream(index):
 def device_of(x):
     """(DLPack device type, ordinal) of x."""
     if _frameworks.is_torch(x):
+        if x.is_cuda:  # the common case without building a torch.device
+            return (kDLCUDA, x.get_device())
         d = x.device
         if d.type == "cuda":
             return (kDLCUDA, d.index if d.index is not None else 0)
@@ -101,8 +103,8 @@ def _from_torch(t):
     shape = t.shape
     n = len(shape)
     arr = _I64[n]
-    dev = device_of(t)
-    return DLTensor(t.data_ptr(), _device(*dev), n, _torch_dtype(t.dtype), arr(*shape), arr(*t.stride()), 0)
+    dev = _device(kDLCUDA, t.get_device()) if t.is_cuda else _device(*device_of(t))
+    return DLTensor(t.data_ptr(), dev, n, _torch_dtype(t.dtype), arr(*shape), arr(*t.stride()), 0)
 
 
 def _numpy_dtype(dt):
