@@ -212,7 +212,7 @@ def attention(q, k, v, scale=None, causal=False, return_lse=False, algo="auto", 
     (O, LSE) with LSE f32 [B, Hq, Sq]. algo: 'auto', 'smem', 'flash'."""
     algo = attention_algo(algo)
     if _torch_path(q, out if out is not None else lse, k, v):
-        o, l = _TORCH_OPS.attention(q, k, v, scale, causal, algo, out_dtype, deterministic)
+        o, l = _TORCH_OPS.attention(q, k, v, scale, causal, algo, out_dtype, deterministic, need_lse=return_lse)
         return (o, l) if return_lse else o
     op = "kiln.attention"
     o_shape, lse_shape = attention_shapes(op, _shape(q, f"{op}: q"), _shape(v, f"{op}: v"))
