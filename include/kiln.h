@@ -453,36 +453,46 @@ KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, cons
  * GPU (sm_80+): both run DECODE kernels that stream the three weights in one launch, once per
  * 16 rows of x (8 when M <= 8), with tensor cores on exactly converted weights, fp32 sums,
  * deterministic (the same call on the same device gives the same bits).
- * kiln_qkv_project_int4 PREFILL runs kiln_matmul_int4's PREFILL for each projection in turn,
- * reusing one workspace (the largest weight as x's dtype); AUTO picks it from M = 256 when opts
- * carry that workspace, else DECODE. kiln_qkv_project_int8 has no PREFILL yet: AUTO runs DECODE
- * at every M and an explicit PREFILL is UNSUPPORTED. int8 weights are fastest column-major with 8-byte aligned columns (a Linear
- * weight [N, K] as its transposed view) or row-major with 4-byte aligned rows; other layouts
- * load element by element. */
+ * PREFILL (both ops, GPU): each weight is written into the caller's workspace in x's dtype
+ * (int4: scale · (q − zero); int8: w · scale), rounded once, and multiplied with kiln_matmul, so
+ * the products use the rounded weights and the bits differ from DECODE's in the last places
+ * (both within SPEC §5). The projections run in turn, reusing a workspace of the largest
+ * weight's size; when q, k and v are adjacent column slices of one row-major buffer and the
+ * workspace holds all three weights, they go side by side and one GEMM writes the three (the
+ * workspace queries then ask for that size). AUTO picks PREFILL from M = 256 when opts carry a
+ * workspace, else DECODE. int8 weights are fastest column-major with 8-byte aligned columns (a
+ * Linear weight [N, K] as its transposed view) or row-major with 4-byte aligned rows; other
+ * layouts load element by element. */
 typedef enum kiln_qkv_algo {
-  KILN_QKV_AUTO = 0,    /* the CPU path on a CPU context; on a GPU DECODE, or int4 PREFILL (above) */
+  KILN_QKV_AUTO = 0,    /* the CPU path on a CPU context; on a GPU DECODE or PREFILL (above) */
   KILN_QKV_DECODE = 1,  /* GPU: bandwidth-bound over the three weights' bytes, small M (decode, M <= ~16) */
-  KILN_QKV_PREFILL = 2, /* GPU, int4: dequantize into the workspace, then kiln_matmul, per projection (large M) */
+  KILN_QKV_PREFILL = 2, /* GPU: weights into the workspace as x's dtype, then kiln_matmul (large M) */
 } kiln_qkv_algo;
 
 typedef struct kiln_qkv_opts {
   kiln_qkv_algo algo;  /* DECODE and PREFILL are GPU algorithms: UNSUPPORTED on a CPU context */
-  void *workspace;     /* kiln_qkv_project_int4 PREFILL: as kiln_matmul_int4_opts.workspace, of at
-                        * least kiln_qkv_project_int4_workspace_size bytes, sharing no byte with x,
-                        * the weights or the outputs; NULL: none (AUTO then runs DECODE at every M).
-                        * kiln_qkv_project_int8 ignores it */
+  void *workspace;     /* PREFILL: as kiln_matmul_int4_opts.workspace, of at least the op's
+                        * _workspace_size bytes, sharing no byte with x, the weights, the scales or
+                        * the outputs; NULL: none (AUTO then runs DECODE at every M) */
   size_t workspace_bytes;
 } kiln_qkv_opts;
 
 KILN_API kiln_qkv_opts kiln_qkv_opts_default(void);
 /* opts may be NULL (defaults). */
+/* Bytes of workspace kiln_qkv_project_int8's PREFILL wants (as kiln_qkv_project_int4_workspace_size). */
+KILN_API kiln_status kiln_qkv_project_int8_workspace_size(kiln_context *ctx, const DLTensor *x, const DLTensor *wq,
+                                                          const DLTensor *wk, const DLTensor *wv,
+                                                          const DLTensor *q_scale, const DLTensor *k_scale,
+                                                          const DLTensor *v_scale, const DLTensor *q,
+                                                          const DLTensor *k, const DLTensor *v, size_t *bytes);
 KILN_API kiln_status kiln_qkv_project_int8(kiln_context *ctx, const DLTensor *x, const DLTensor *wq,
                                            const DLTensor *wk, const DLTensor *wv, const DLTensor *q_scale,
                                            const DLTensor *k_scale, const DLTensor *v_scale, const DLTensor *q,
                                            const DLTensor *k, const DLTensor *v, const kiln_qkv_opts *opts,
                                            CUstream stream);
-/* Bytes of workspace kiln_qkv_project_int4's PREFILL needs for this call (the largest of the
- * three weights as x's dtype); 0 on a CPU context. Checks the same arguments as the op. */
+/* Bytes of workspace kiln_qkv_project_int4's PREFILL wants for this call: the three weights as
+ * x's dtype when the outputs are adjacent slices of one buffer (one GEMM), else the largest
+ * (which also suffices then, for three GEMMs); 0 on a CPU context. Checks the op's arguments. */
 KILN_API kiln_status kiln_qkv_project_int4_workspace_size(kiln_context *ctx, const DLTensor *x, const kiln_qweight *wq,
                                                           const kiln_qweight *wk, const kiln_qweight *wv,
                                                           const DLTensor *q, const DLTensor *k, const DLTensor *v,

@@ -12,6 +12,9 @@
  * rows of 8 columns out as 16-byte stores, so a warp writes 512 contiguous bytes per row.
  * That needs N % 8 == 0 and 16/16/8-byte aligned codes/scales/zeros (the host checks; else
  * `cols` is 1 and each thread does one column with 2-byte stores, v1 of this kernel).
+ * ws rows are ld elements apart (ld >= N): the fused QKV call writes its three weights side by
+ * side as one [K, Nq + Nk + Nv] matrix for a single GEMM; the 16-byte path also needs ld % 8 == 0
+ * and a 16-byte aligned ws.
  */
 #include "common.cuh"
 
@@ -20,7 +23,7 @@ template <bool BF16> KILN_DEVICE uint32_t to16(float v) {
 }
 
 template <bool BF16>
-KILN_DEVICE void dequant(const kiln_int4_args &a, uint16_t *ws, int cols) {
+KILN_DEVICE void dequant(const kiln_int4_args &a, uint16_t *ws, int cols, int64_t ld) {
   const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * cols; /* first column of this thread */
   if (c0 >= a.n) return;
   for (int r8 = blockIdx.y; r8 < a.k / 8; r8 += gridDim.y) {
@@ -47,7 +50,7 @@ KILN_DEVICE void dequant(const kiln_int4_args &a, uint16_t *ws, int cols) {
         for (int c = 0; c < 8; c += 2)
           out[c / 2] = to16<BF16>(s[c] * (float)((int)(q[c] >> (4 * j) & 15u) - z[c])) |
                        to16<BF16>(s[c + 1] * (float)((int)(q[c + 1] >> (4 * j) & 15u) - z[c + 1])) << 16;
-        *(uint4 *)(ws + (int64_t)row * a.n + c0) = make_uint4(out[0], out[1], out[2], out[3]);
+        *(uint4 *)(ws + (int64_t)row * ld + c0) = make_uint4(out[0], out[1], out[2], out[3]);
       }
     } else {
       const uint32_t q = __ldg(words);
@@ -56,15 +59,15 @@ KILN_DEVICE void dequant(const kiln_int4_args &a, uint16_t *ws, int cols) {
 #pragma unroll
       for (int j = 0; j < 8; j++) {
         const int k = 8 * r8 + j, row = a.perm ? __ldg(a.perm + k) : k;
-        ws[(int64_t)row * a.n + c0] = (uint16_t)to16<BF16>(s * (float)((int)(q >> (4 * j) & 15u) - z));
+        ws[(int64_t)row * ld + c0] = (uint16_t)to16<BF16>(s * (float)((int)(q >> (4 * j) & 15u) - z));
       }
     }
   }
 }
 
-extern "C" __global__ void kiln_w4_dequant_f16(const kiln_int4_args args, uint16_t *ws, int cols) {
-  dequant<false>(args, ws, cols);
+extern "C" __global__ void kiln_w4_dequant_f16(const kiln_int4_args args, uint16_t *ws, int cols, int64_t ld) {
+  dequant<false>(args, ws, cols, ld);
 }
-extern "C" __global__ void kiln_w4_dequant_bf16(const kiln_int4_args args, uint16_t *ws, int cols) {
-  dequant<true>(args, ws, cols);
+extern "C" __global__ void kiln_w4_dequant_bf16(const kiln_int4_args args, uint16_t *ws, int cols, int64_t ld) {
+  dequant<true>(args, ws, cols, ld);
 }

@@ -14,9 +14,9 @@ for s in 4096x4096 4096x12288 8192x28672; do
     timeout 60 "$b/tools/kiln-bench" int4 --shape $s --algo $a --m 128 >>"$OUT/crossover.txt" 2>&1
   done
 done
-for a in decode prefill; do # the fused QKV call (K 4096, Nq 4096, Nk = Nv 1024)
+for a in decode prefill; do # the fused QKV calls, int4 and int8 (K 4096, Nq 4096, Nk = Nv 1024)
   for m in 64 128 256 512 2048; do
-    timeout 60 "$b/tools/kiln-bench" qkv --only int4 --quick --algo $a --m $m >>"$OUT/crossover.txt" 2>&1
+    timeout 60 "$b/tools/kiln-bench" qkv --quick --algo $a --m $m >>"$OUT/crossover.txt" 2>&1
   done
 done
-grep -E "^(matmul_int4|qkv_int4)" "$OUT/crossover.txt" | sort -s -k1,2 | cut -c1-150
+grep -E "^(matmul_int4|qkv_int4|qkv_int8)" "$OUT/crossover.txt" | sort -s -k1,2 | cut -c1-150

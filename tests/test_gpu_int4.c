@@ -408,6 +408,79 @@ static void qkv_prefill(void **state) {
     }
 }
 
+/* The fused QKV PREFILL into adjacent column slices of one row-major [M, Ntot + 1] buffer (the
+ * usual fused output, one padding column): the three weights dequantized side by side, one GEMM.
+ * Widths whose offsets and total allow the 16-byte dequantize stores (512 + 128 + 136) and
+ * widths that do not (96 + 40 + 33); the workspace query gives the merged size; each slice
+ * against the reference on the rounded weights, the padding column untouched. */
+static void qkv_prefill_merged(void **state) {
+  (void)state;
+  static const int64_t widths[2][3] = {{512, 128, 136}, {96, 40, 33}};
+  for (int wi = 0; wi < 2; wi++) {
+    const int64_t M = 300, K = 256, *Ns = widths[wi], NT = Ns[0] + Ns[1] + Ns[2] + 1;
+    const DLDataType xd = wi ? TEST_BF16 : TEST_F16, yd = wi ? TEST_BF16 : TEST_F32;
+    const size_t ye = yd.bits / 8;
+    tq w[3];
+    gweight gw[3];
+    tmat x;
+    gmat gx;
+    tm_compact(&x, xd, 2, 1, M, K);
+    tm_fill(&x);
+    gmat_up(&gx, &x);
+    for (int i = 0; i < 3; i++) {
+      tq_make(&w[i], K, Ns[i], i == 1 ? 64 : 128, i != 1, i == 2);
+      gweight_up(&gw[i], &w[i].q);
+    }
+    char *buf = malloc((size_t)(M * NT) * ye);
+    assert_non_null(buf);
+    test_poison(buf, yd, M * NT);
+    DLManagedTensorVersioned *gy = upload(buf, (size_t)(M * NT) * ye);
+    int64_t shapes[3][2], strides[2] = {NT, 1}, col = 0;
+    DLTensor out[3];
+    for (int i = 0; i < 3; i++) {
+      shapes[i][0] = M, shapes[i][1] = Ns[i];
+      out[i] = (DLTensor){.data = (char *)gy->dl_tensor.data + col * (int64_t)ye, .device = {kDLCUDA, 0}, .ndim = 2,
+                          .dtype = yd, .shape = shapes[i], .strides = strides};
+      col += Ns[i];
+    }
+    size_t bytes = 0;
+    assert_kiln_ok(kiln_qkv_project_int4_workspace_size(g_ctx, &gx.t, &gw[0].q, &gw[1].q, &gw[2].q, &out[0], &out[1],
+                                                        &out[2], &bytes));
+    assert_int_equal(bytes, (size_t)(K * (NT - 1) * 2)); /* the three weights side by side */
+    const int64_t nb = (int64_t)bytes;
+    DLManagedTensorVersioned *ws = NULL;
+    assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &nb, U8, &ws));
+    kiln_qkv_opts opts = kiln_qkv_opts_default(); /* AUTO: M = 300 takes PREFILL */
+    opts.workspace = ws->dl_tensor.data, opts.workspace_bytes = bytes;
+    assert_kiln_ok(kiln_qkv_project_int4(g_ctx, &gx.t, &gw[0].q, &gw[1].q, &gw[2].q, &out[0], &out[1], &out[2], &opts,
+                                         g_stream));
+    download(buf, gy, (size_t)(M * NT) * ye);
+    col = 0;
+    for (int i = 0; i < 3; i++) {
+      char what[120];
+      snprintf(what, sizeof what, "qkv PREFILL merged %s, slice %d (N %" PRId64 ")", dt_name(xd), i, Ns[i]);
+      tmat slice;
+      tm_compact(&slice, yd, 2, 1, M, Ns[i]);
+      for (int64_t m = 0; m < M; m++) memcpy((char *)slice.buf + (size_t)(m * Ns[i]) * ye, buf + (size_t)(m * NT + col) * ye, (size_t)Ns[i] * ye);
+      double *wd = tq_dequant(&w[i].q), *ref, *mag;
+      round_to(wd, K * Ns[i], xd);
+      w16_reference(&x, wd, w[i].q.perm, Ns[i], NULL, &ref, &mag);
+      if (!check(&slice, ref, mag, K, what)) fail_msg("%s failed (above)", what);
+      free(ref), free(wd), tm_free(&slice);
+      col += Ns[i];
+    }
+    tmat pad; /* the padding column, as a poisoned [M, 1] matrix would read */
+    tm_compact(&pad, yd, 2, 1, M, 1);
+    for (int64_t m = 0; m < M; m++) memcpy((char *)pad.buf + (size_t)m * ye, buf + (size_t)(m * NT + NT - 1) * ye, ye);
+    for (int64_t m = 0; m < M; m++)
+      assert_true(ye == 4 ? ((uint32_t *)pad.buf)[m] == 0x7fc00000u : ((uint16_t *)pad.buf)[m] == 0x7fc0);
+    tm_free(&pad);
+    kiln_tensor_free(ws), kiln_tensor_free(gy), free(buf);
+    for (int i = 0; i < 3; i++) gweight_free(&gw[i]), tq_free(&w[i]);
+    kiln_tensor_free(gx.dev), tm_free(&x);
+  }
+}
+
 /* M = 9: the 16-row kernels. */
 static void deterministic(void **state) {
   (void)state;
@@ -422,6 +495,7 @@ static void deterministic(void **state) {
 typedef struct i8case {
   int64_t M, K, N[3];
   int xd, yd, seed; /* W16_X_DT, W16_OUT_DT indices; seed picks layouts, padding, int8/uint8 */
+  int prefill;      /* 1: algo PREFILL with a workspace, 2: AUTO with a workspace (M >= 256) */
 } i8case;
 
 static int run_int8_case(const i8case *c) {
@@ -448,8 +522,22 @@ static int run_int8_case(const i8case *c) {
     tm_poison(&y[i]);
     gmat_up(&gy[i], &y[i]);
   }
+  kiln_qkv_opts opts = kiln_qkv_opts_default();
+  DLManagedTensorVersioned *ws = NULL;
+  if (c->prefill) {
+    size_t bytes = 0;
+    assert_kiln_ok(kiln_qkv_project_int8_workspace_size(g_ctx, &gx.t, &gw[0].t, &gw[1].t, &gw[2].t, &st[0], &st[1],
+                                                        &st[2], &gy[0].t, &gy[1].t, &gy[2].t, &bytes));
+    int64_t big = c->N[0] > c->N[1] ? c->N[0] : c->N[1];
+    big = big > c->N[2] ? big : c->N[2];
+    assert_int_equal(bytes, (size_t)(K * big * 2)); /* separate outputs: the largest weight, reused */
+    const int64_t nb = (int64_t)bytes;
+    assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &nb, U8, &ws));
+    opts.algo = c->prefill == 1 ? KILN_QKV_PREFILL : KILN_QKV_AUTO;
+    opts.workspace = ws->dl_tensor.data, opts.workspace_bytes = bytes;
+  }
   const kiln_status status = kiln_qkv_project_int8(g_ctx, &gx.t, &gw[0].t, &gw[1].t, &gw[2].t, &st[0], &st[1], &st[2],
-                                                   &gy[0].t, &gy[1].t, &gy[2].t, NULL, g_stream);
+                                                   &gy[0].t, &gy[1].t, &gy[2].t, &opts, g_stream);
   int ok = status == KILN_OK;
   if (!ok) print_message("FAILED int8 M%" PRId64 " K%" PRId64 ": %s\n", M, K, kiln_last_error());
   for (int i = 0; i < 3 && ok; i++) {
@@ -459,7 +547,14 @@ static int run_int8_case(const i8case *c) {
              w[i].rs == 1 ? " col-major" : "", s[i].n > 1 ? " column scales" : "", i);
     gmat_down(&gy[i], &y[i]);
     double *wd = i8_values(&w[i]), *sc = ts_expand(&s[i], c->N[i]), *ref, *mag;
-    w16_reference(&x, wd, NULL, c->N[i], sc, &ref, &mag);
+    if (c->prefill) { /* PREFILL multiplies w · scale rounded to x's dtype (kiln.h): so does its reference
+                       * (an int8 times an f32 is exact in double; round_to rounds it to f32, then x's dtype,
+                       * as the kernel's f32 product is rounded) */
+      for (int64_t r = 0; r < K; r++)
+        for (int64_t j = 0; j < c->N[i]; j++) wd[r * c->N[i] + j] *= sc[j];
+      round_to(wd, K * c->N[i], W16_X_DT[c->xd]);
+    }
+    w16_reference(&x, wd, NULL, c->N[i], c->prefill ? NULL : sc, &ref, &mag);
     ok = check(&y[i], ref, mag, K, what);
     free(ref), free(wd), free(sc);
   }
@@ -467,8 +562,25 @@ static int run_int8_case(const i8case *c) {
     kiln_tensor_free(gw[i].dev), kiln_tensor_free(gy[i].dev), kiln_tensor_free(gs[i]);
     tm_free(&w[i]), tm_free(&y[i]), free(s[i].buf);
   }
-  kiln_tensor_free(gx.dev), tm_free(&x);
+  kiln_tensor_free(gx.dev), tm_free(&x), kiln_tensor_free(ws);
   return ok;
+}
+
+/* kiln_qkv_project_int8's PREFILL (w · scale into the workspace as x's dtype through a 32 x 32
+ * shared-memory tile, then kiln_matmul): explicit at small and ragged M, through AUTO at
+ * M >= 256; both weight layouts (padded, unaligned), int8 and uint8, scales [1] and strided
+ * [N], K and N not multiples of the tile, every x and y dtype. */
+static void qkv_int8_prefill(void **state) {
+  (void)state;
+  const i8case cs[] = {
+      {40, 264, {96, 33, 40}, 0, 0, 0, 1},   {7, 64, {32, 32, 32}, 1, 1, 1, 1},
+      {300, 512, {512, 128, 136}, 0, 2, 2, 2}, {260, 200, {70, 24, 24}, 1, 0, 3, 2},
+      {256, 96, {64, 100, 8}, 0, 1, 4, 2},
+  };
+  const int n = (int)(sizeof cs / sizeof cs[0]);
+  int failures = 0;
+  for (int i = 0; i < n; i++) failures += !run_int8_case(&cs[i]);
+  if (failures) fail_msg("%d of %d int8 PREFILL cases failed (listed above)", failures, n);
 }
 
 static void qkv_int8(void **state) {
@@ -479,13 +591,13 @@ static void qkv_int8(void **state) {
   for (int im = 0; im < 6; im++)
     for (int xd = 0; xd < 2; xd++)
       for (int yd = 0; yd < 3; yd++, n++)
-        cs[n] = (i8case){Ms[im], Ks[n % 4], {33 + 32 * (n % 3), 7 + 2 * (n % 3), 1 + 2 * (n % 5)}, xd, yd, n};
+        cs[n] = (i8case){Ms[im], Ks[n % 4], {33 + 32 * (n % 3), 7 + 2 * (n % 3), 1 + 2 * (n % 5)}, xd, yd, n, 0};
   int failures = 0;
   for (int i = 0; i < n; i++) failures += !run_int8_case(&cs[i]);
   /* decode-size GQA (smaller under the sanitizer) */
   const int64_t S = getenv("KILN_TEST_SANITIZER") ? 512 : 4096;
-  const i8case big[] = {{1, S, {S, S / 4, S / 4}, 0, 1, 0}, {16, S, {S, S / 4, S / 4}, 1, 2, 1},
-                        {5, S, {S, S / 4, S / 4}, 0, 0, 2}};
+  const i8case big[] = {{1, S, {S, S / 4, S / 4}, 0, 1, 0, 0}, {16, S, {S, S / 4, S / 4}, 1, 2, 1, 0},
+                        {5, S, {S, S / 4, S / 4}, 0, 0, 2, 0}};
   for (int i = 0; i < 3; i++) failures += !run_int8_case(&big[i]);
   if (failures) fail_msg("%d of %d int8 cases failed (listed above)", failures, n + 3);
 }
@@ -562,7 +674,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(groups_dtypes), cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
       cmocka_unit_test(aligned_decode),
-      cmocka_unit_test(qkv_fused), cmocka_unit_test(qkv_prefill),     cmocka_unit_test(qkv_int8),            cmocka_unit_test(deterministic),
+      cmocka_unit_test(qkv_fused), cmocka_unit_test(qkv_prefill), cmocka_unit_test(qkv_prefill_merged),     cmocka_unit_test(qkv_int8), cmocka_unit_test(qkv_int8_prefill),            cmocka_unit_test(deterministic),
       cmocka_unit_test(prefill),       cmocka_unit_test(refusals),
   };
   int failed = cmocka_run_group_tests_name("gpu_int4", tests, NULL, NULL);

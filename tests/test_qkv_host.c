@@ -353,6 +353,16 @@ static void err_int8_args(void **state) {
   o.algo = (kiln_qkv_algo)5;
   assert_kiln_fails(I8(X, WQ, WK, WV, SQ, SK, SV, Q, K_, V, &o), E_INV, "kiln_qkv_project_int8: opts->algo is 5",
                     "expected KILN_QKV_AUTO, KILN_QKV_DECODE or KILN_QKV_PREFILL");
+  /* PREFILL's workspace query: 0 on the CPU, the op's checks, NULL refused */
+  size_t bytes = 123;
+  assert_kiln_ok(kiln_qkv_project_int8_workspace_size(f.ctx, X, WQ, WK, WV, SQ, SK, SV, Q, K_, V, &bytes));
+  assert_int_equal(bytes, 0);
+  assert_kiln_fails(kiln_qkv_project_int8_workspace_size(f.ctx, X, WQ, WK, WV, SQ, SK, SV, Q, K_, V, NULL), E_INV,
+                    "kiln_qkv_project_int8_workspace_size: bytes is NULL");
+  assert_kiln_fails(kiln_qkv_project_int8_workspace_size(f.ctx, X, WQ, WK, WV, SQ, NULL, SV, Q, K_, V, &bytes), E_INV,
+                    "kiln_qkv_project_int8_workspace_size: k_scale is NULL");
+  assert_kiln_fails(kiln_qkv_project_int8_workspace_size(NULL, X, WQ, WK, WV, SQ, SK, SV, Q, K_, V, &bytes), E_INV,
+                    "kiln_qkv_project_int8_workspace_size: ctx is NULL");
   fx_untouched(&f);
   o.algo = KILN_QKV_AUTO;
   assert_kiln_ok(I8(X, WQ, WK, WV, SQ, SK, SV, Q, K_, V, &o));

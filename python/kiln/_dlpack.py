@@ -9,7 +9,9 @@ Three ways in, fastest first:
     caller keeps the capsule (in `keep`) until the C call returns.
 """
 import ctypes
+import struct
 import sys
+import threading
 from ctypes import c_int64, c_void_p, c_char_p, py_object
 
 from . import _frameworks, _lib
@@ -18,7 +20,45 @@ from ._lib import DLDataType, DLDevice, DLTensor, kDLCPU, kDLCUDA
 
 _I64 = [c_int64 * n for n in range(33)]  # array types by rank, made once
 _devices = {}  # (type, id) -> DLDevice
-_dtypes = {}   # torch dtype or NumPy dtype -> DLDataType
+_dtypes = {}   # torch dtype or NumPy dtype -> (code, bits, lanes)
+
+# The DLTensors of a call live in a ring of slots per thread: one buffer whose bytes are written
+# with precompiled struct formats, seen through DLTensor views made once. Building a DLTensor and
+# its two int64 arrays as ctypes objects cost ~1 µs per tensor on the H200 host, a third of a tiny
+# kiln.matmul's bridge time; a slot costs a fifth of that. A slot is valid until this thread has
+# made _SLOTS more: the library reads DLTensors during the call and keeps none, and no call
+# takes more than a dozen. Ranks above _SLOT_DIMS fall back to ctypes objects.
+_SLOTS, _SLOT_DIMS = 64, 8
+_SLOT = 48 + 16 * _SLOT_DIMS  # DLTensor (48 bytes, layout checked by test_abi.py), shape, strides
+_HEAD = struct.Struct("=QiiiBBHQQQ")  # data, device (type, id), ndim, dtype (code, bits, lanes), shape, strides, offset
+_DIMS = [struct.Struct(f"={2 * n}q") for n in range(_SLOT_DIMS + 1)]
+
+
+class _Ring(threading.local):
+    def __init__(self):
+        self.buf = ctypes.create_string_buffer(_SLOTS * _SLOT)
+        self.base = ctypes.addressof(self.buf)
+        self.slots = [DLTensor.from_buffer(self.buf, i * _SLOT) for i in range(_SLOTS)]
+        self.next = 0
+
+
+_ring = _Ring()
+
+
+def _fill(ptr, dev_type, dev_id, dt, shape, strides):
+    """A DLTensor (byte_offset 0) in this thread's ring; shape and strides in elements."""
+    n = len(shape)
+    if n > _SLOT_DIMS:
+        arr = _I64[n]
+        return DLTensor(ptr, _device(dev_type, dev_id), n, DLDataType(*dt), arr(*shape), arr(*strides), 0)
+    r = _ring
+    i = r.next
+    r.next = (i + 1) % _SLOTS
+    off = i * _SLOT
+    dims = r.base + off + 48
+    _HEAD.pack_into(r.buf, off, ptr or 0, dev_type, dev_id, n, dt[0], dt[1], dt[2], dims, dims + 8 * n, 0)
+    _DIMS[n].pack_into(r.buf, off + 48, *shape, *strides)
+    return r.slots[i]
 
 _GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
 _GetPointer.restype, _GetPointer.argtypes = c_void_p, [py_object, c_char_p]
@@ -51,6 +91,8 @@ def _torch_current_stream(index):
 def device_of(x):
     """(DLPack device type, ordinal) of x."""
     if _frameworks.is_torch(x):
+        if x.is_cuda:  # the common case without building a torch.device
+            return (kDLCUDA, x.get_device())
         d = x.device
         if d.type == "cuda":
             return (kDLCUDA, d.index if d.index is not None else 0)
@@ -93,16 +135,13 @@ def _torch_dtype(t):
         code = _frameworks.DL_CODES.get(name)
         if code is None:
             raise _lib.invalid(f"kiln: torch dtype {t} has no kiln equivalent")
-        d = _dtypes[t] = DLDataType(code[0], code[1], 1)
+        d = _dtypes[t] = (code[0], code[1], 1)
     return d
 
 
 def _from_torch(t):
-    shape = t.shape
-    n = len(shape)
-    arr = _I64[n]
-    dev = device_of(t)
-    return DLTensor(t.data_ptr(), _device(*dev), n, _torch_dtype(t.dtype), arr(*shape), arr(*t.stride()), 0)
+    dev = (kDLCUDA, t.get_device()) if t.is_cuda else device_of(t)
+    return _fill(t.data_ptr(), dev[0], dev[1], _torch_dtype(t.dtype), t.shape, t.stride())
 
 
 def _numpy_dtype(dt):
@@ -114,7 +153,7 @@ def _numpy_dtype(dt):
         code = _frameworks.DL_CODES.get(dt.name)
         if code is None:
             raise _lib.invalid(f"kiln: NumPy dtype {dt} has no kiln equivalent")
-        d = _dtypes[dt] = DLDataType(code[0], code[1], 1)
+        d = _dtypes[dt] = (code[0], code[1], 1)
     return d
 
 
@@ -126,10 +165,7 @@ def _from_numpy(a, name, out):
     if any(s % item for s in strides):
         raise _lib.invalid(f"{name} has byte strides {strides}, not multiples of its element size {item}; "
                            "pass a copy (np.ascontiguousarray)")
-    n = a.ndim
-    arr = _I64[n]
-    return DLTensor(a.ctypes.data, _device(kDLCPU, 0), n, _numpy_dtype(a.dtype), arr(*a.shape),
-                    arr(*[s // item for s in strides]), 0)
+    return _fill(a.ctypes.data, kDLCPU, 0, _numpy_dtype(a.dtype), a.shape, [s // item for s in strides])
 
 
 def _from_capsule(x, name, out, stream, keep):

@@ -29,8 +29,17 @@ def torch_tensor_type():
     return _type("torch", "torch", "Tensor")
 
 
+_torch_tensor = None  # torch.Tensor once torch is loaded: is_torch runs several times per op call
+
+
 def is_torch(x):
-    return isinstance(x, _type("torch", "torch", "Tensor"))
+    t = _torch_tensor
+    if t is None:
+        t = _type("torch", "torch", "Tensor")
+        if t == ():
+            return False
+        globals()["_torch_tensor"] = t
+    return isinstance(x, t)
 
 
 def is_numpy(x):

@@ -261,6 +261,7 @@ _PROTOTYPES = {
     "kiln_matmul_int4_workspace_size": (_st, [_CTX, _T, _QW, _T, POINTER(c_size_t)]),
     "kiln_matmul_int4": (_st, [_CTX, _T, _QW, _T, POINTER(kiln_matmul_int4_opts), _S]),
     "kiln_qkv_opts_default": (kiln_qkv_opts, []),
+    "kiln_qkv_project_int8_workspace_size": (_st, [_CTX, _T, _T, _T, _T, _T, _T, _T, _T, _T, _T, POINTER(c_size_t)]),
     "kiln_qkv_project_int8": (_st, [_CTX, _T, _T, _T, _T, _T, _T, _T, _T, _T, _T, POINTER(kiln_qkv_opts), _S]),
     "kiln_qkv_project_int4_workspace_size": (_st, [_CTX, _T, _QW, _QW, _QW, _T, _T, _T, POINTER(c_size_t)]),
     "kiln_qkv_project_int4": (_st, [_CTX, _T, _QW, _QW, _QW, _T, _T, _T, POINTER(kiln_qkv_opts), _S]),

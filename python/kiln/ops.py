@@ -212,7 +212,7 @@ def attention(q, k, v, scale=None, causal=False, return_lse=False, algo="auto", 
     (O, LSE) with LSE f32 [B, Hq, Sq]. algo: 'auto', 'smem', 'flash'."""
     algo = attention_algo(algo)
     if _torch_path(q, out if out is not None else lse, k, v):
-        o, l = _TORCH_OPS.attention(q, k, v, scale, causal, algo, out_dtype, deterministic)
+        o, l = _TORCH_OPS.attention(q, k, v, scale, causal, algo, out_dtype, deterministic, need_lse=return_lse)
         return (o, l) if return_lse else o
     op = "kiln.attention"
     o_shape, lse_shape = attention_shapes(op, _shape(q, f"{op}: q"), _shape(v, f"{op}: v"))
@@ -373,12 +373,12 @@ def _matmul_int4_raw(x, qw, y, algo=0, stream=None):
     xm, ym = _rows(x, op, "x", False), _rows(y, op, "out", True)  # locals: alive until the call returns
     tx, ty = _dlpack.tensor(xm, f"{op}: x", s, keep), _dlpack.tensor(ym, f"{op}: out", s, keep, out=True)
     opts = _lib.kiln_matmul_int4_opts(algo)
-    ws = _int4_prefill_workspace(op, x, algo, 128, opts, _F.matmul_int4_workspace_size, ctx, tx, byref(qw), ty)  # noqa
+    ws = _w16_prefill_workspace(op, x, algo, 128, opts, _F.matmul_int4_workspace_size, ctx, tx, byref(qw), ty)  # noqa
     _check(_F.matmul_int4(ctx, tx, byref(qw), ty, byref(opts), s))
     return y
 
 
-def _int4_prefill_workspace(op, x, algo, from_m, opts, size_fn, ctx, *args):
+def _w16_prefill_workspace(op, x, algo, from_m, opts, size_fn, ctx, *args):
     """PREFILL's workspace (the largest weight in x's dtype) into opts, for PREFILL and for AUTO
     from from_m rows of x (AUTO's rule in the library: matmul_int4 128, qkv_project_int4 256);
     DECODE and the CPU need none (the size query says 0). Returns the buffer, which must outlive
@@ -438,7 +438,7 @@ def _qkv_project_int4_raw(x, wq, wk, wv, q, k, v, algo=0, stream=None):
     keep = []
     tx, ty = _qkv_tensors(op, x, (q, k, v), s, keep)
     opts = _lib.kiln_qkv_opts(algo)
-    ws = _int4_prefill_workspace(op, x, algo, 256, opts, _F.qkv_project_int4_workspace_size,  # noqa: F841
+    ws = _w16_prefill_workspace(op, x, algo, 256, opts, _F.qkv_project_int4_workspace_size,  # noqa: F841
                                  ctx, tx, byref(wq), byref(wk), byref(wv), *ty)
     _check(_F.qkv_project_int4(ctx, tx, byref(wq), byref(wk), byref(wv), *ty, byref(opts), s))
     return q, k, v
@@ -471,6 +471,8 @@ def _qkv_project_int8_raw(x, wq, wk, wv, q_scale, k_scale, v_scale, q, k, v, alg
     ts = [_dlpack.tensor(t, f"{op}: {n}", s, keep)
           for t, n in ((q_scale, "q_scale"), (k_scale, "k_scale"), (v_scale, "v_scale"))]
     opts = _lib.kiln_qkv_opts(algo)
+    ws = _w16_prefill_workspace(op, x, algo, 256, opts, _F.qkv_project_int8_workspace_size,  # noqa: F841
+                                 ctx, tx, *tw, *ts, *ty)
     _check(_F.qkv_project_int8(ctx, tx, *tw, *ts, *ty, byref(opts), s))
     return q, k, v
 
@@ -479,7 +481,9 @@ def qkv_project_int8(x, wq, wk, wv, out_dtype=None, algo="auto", *, out=None, st
     """Fused W8A16 Q, K, V projections: returns ((x·wq.q)·wq.scales, ...). X [M, K] (or
     [..., M, K]) float16 or bfloat16; wq, wk, wv kiln.Int8Weights (int8 q [K, N*], float32
     scales [N*] or [1]) on X's device. Outputs [..., N*] in out_dtype (default X's dtype).
-    On a GPU: one DECODE launch for the three (sm_80+). Forward-only."""
+    On a GPU: one DECODE launch for the three (sm_80+); from 256 rows AUTO takes PREFILL (the
+    weights times their scales in x's dtype, then kiln.matmul; a workspace the bridge allocates).
+    Forward-only."""
     op = "kiln.qkv_project_int8"
     ws = [_int8_weight(op, n, w) for n, w in (("wq", wq), ("wk", wk), ("wv", wv))]
     algo = qkv_algo(algo)

@@ -229,11 +229,17 @@ def _attention_grad(ctx, do, _dlse):
 _attention_op.register_autograd(_attention_grad, setup_context=_attention_setup)
 
 
-def attention(q, k, v, scale=None, causal=False, algo=0, out_dtype=None, deterministic=False):
-    """(O, LSE) of kiln.attention for PyTorch tensors (O differentiable in q, k, v)."""
+def attention(q, k, v, scale=None, causal=False, algo=0, out_dtype=None, deterministic=False, need_lse=True):
+    """(O, LSE) of kiln.attention for PyTorch tensors (O differentiable in q, k, v). LSE is None
+    when not need_lse and nothing records a gradient (eager: the kernel then skips writing it)."""
     scale = 0.0 if scale is None else float(scale)
     algo, out_dtype = _ops.attention_algo(algo), _torch_dtype(out_dtype)
     if _eager(q, k, v):
+        if not need_lse:
+            o_shape, _ = _ops.attention_shapes("kiln.attention", tuple(q.shape), tuple(v.shape))
+            o = torch.empty(o_shape, dtype=q.dtype if out_dtype is None else out_dtype, device=q.device)
+            _ops._attention_raw(q, k, v, o, None, scale, bool(causal), algo, bool(deterministic))
+            return o, None
         return _attention_impl(q, k, v, scale, bool(causal), algo, bool(deterministic), out_dtype)
     return torch.ops.kiln.attention(q, k, v, scale, bool(causal), algo, bool(deterministic), out_dtype)
 

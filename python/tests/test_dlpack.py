@@ -111,3 +111,53 @@ def test_output_of_an_unknown_framework_needs_out(rng):
     b = rng.standard_normal((8, 3)).astype(np.float16)
     with pytest.raises(TypeError, match="pass out="):
         kiln.matmul(a, b)
+
+
+def _described(t):
+    """(data, device, ndim, dtype, shape, strides, byte_offset) of a DLTensor, as Python values."""
+    n = t.ndim
+    return (t.data or 0, (t.device.device_type, t.device.device_id), n, (t.dtype.code, t.dtype.bits, t.dtype.lanes),
+            tuple(t.shape[i] for i in range(n)), tuple(t.strides[i] for i in range(n)), t.byte_offset)
+
+
+def _expected(a):
+    item = a.itemsize
+    return (a.ctypes.data, (_lib.kDLCPU, 0), a.ndim, {2: (_lib.kDLFloat, 16, 1), 4: (_lib.kDLFloat, 32, 1)}[item],
+            a.shape, tuple(s // item for s in a.strides), 0)
+
+
+def test_dltensor_slots_describe_the_array_until_the_ring_wraps():
+    # The bridge's DLTensors live in a per-thread ring of slots (kiln/_dlpack.py): each describes
+    # its array exactly, ranks 0-8 in the ring and higher ranks as ctypes objects, and a slot keeps
+    # its description until _SLOTS more have been made on the thread.
+    from kiln import _dlpack
+    arrays = [np.zeros((3, 5), np.float16)[:, 1:4], np.zeros(7, np.float32), np.zeros((), np.float16),
+              np.zeros((2,) * 8, np.float32).transpose(7, 0, 1, 2, 3, 4, 5, 6), np.zeros((1,) * 9, np.float16)]
+    refs = [_dlpack.tensor(a, "a") for a in arrays]
+    for a, r in zip(arrays, refs):
+        assert _described(r._obj) == _expected(a)
+    # refs[0]'s slot was followed by 3 more (the rank-9 array took none): it holds for _SLOTS - 4
+    # more, and the next one reuses it
+    for _ in range(_dlpack._SLOTS - 4):
+        _dlpack.tensor(arrays[1], "a")
+    assert _described(refs[0]._obj) == _expected(arrays[0])
+    _dlpack.tensor(arrays[1], "a")
+    assert _described(refs[0]._obj) == _expected(arrays[1])
+
+
+def test_dltensor_slots_are_per_thread():
+    import threading
+    from kiln import _dlpack
+    a, b = np.zeros((4, 4), np.float16), np.zeros((2, 3), np.float32)
+    ra = _dlpack.tensor(a, "a")
+    seen = []
+
+    def other():
+        for _ in range(2 * _dlpack._SLOTS):
+            r = _dlpack.tensor(b, "b")
+        seen.append(_described(r._obj))
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen == [_expected(b)] and _described(ra._obj) == _expected(a)

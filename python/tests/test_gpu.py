@@ -377,6 +377,13 @@ def test_qkv_project_int8():
     for out, w in zip(outs, ws):
         ref = (x.double() @ w.q.double()) * w.scales.double()
         assert out.dtype == torch.float16 and rel(out, ref) <= 2e-3
+    # from 256 rows AUTO takes PREFILL: w · scale rounded to x's dtype, then kiln.matmul
+    x = torch.randn(300, k, device=DEV, dtype=torch.bfloat16)
+    for algo in ("auto", "prefill"):
+        outs = kiln.qkv_project_int8(x, *ws, out_dtype=torch.float32, algo=algo)
+        for out, w in zip(outs, ws):
+            wr = (w.q.float() * w.scales.float()).to(torch.bfloat16).double()
+            assert rel(out, x.double() @ wr) <= 1e-4
 
 
 def test_w16_device_mismatch_is_the_library_message():

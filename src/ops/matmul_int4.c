@@ -172,19 +172,17 @@ size_t kiln_int4_prefill_bytes(const kiln_qweight *const *w, int nw) {
   return need;
 }
 
-kiln_status kiln_int4_prefill_plan(const kiln_context *ctx, const char *op, const char *prefix, const char *size_fn,
-                                   int64_t from_m, int *algo, void *ws, size_t ws_bytes, const kiln_matrix *X,
-                                   const kiln_matrix *Y,
-                                   const char *const *ynames, int ny, const kiln_qweight *const *w,
-                                   const char *const *wnames, int nw) {
-  const size_t need = kiln_int4_prefill_bytes(w, nw);
+kiln_status kiln_w16_prefill_plan(const kiln_context *ctx, const char *op, const char *prefix, const char *size_fn,
+                                  int64_t from_m, size_t need, bool largest, int *algo, void *ws, size_t ws_bytes,
+                                  const kiln_matrix *X, const kiln_matrix *Y, const char *const *ynames, int ny,
+                                  const kiln_qweight *const *w, const char *const *wnames, int nw) {
   const bool have = ws && ws_bytes >= need;
   if (*algo == KILN_INT4_PREFILL && !have)
     return kiln_fail(KILN_ERROR_WORKSPACE,
                      "%s: algo %s_PREFILL needs %zu bytes of workspace (the %sweight as %s [%" PRId64 ", %" PRId64
                      "]) but opts give %zu%s; allocate %s bytes",
-                     op, prefix, need, nw > 1 ? "largest " : "", KILN_IS_BF16(X->dtype) ? "bfloat16" : "float16",
-                     w[0]->k, need / 2 / (size_t)w[0]->k, ws ? ws_bytes : 0, ws ? "" : " (workspace NULL)", size_fn);
+                     op, prefix, need, largest ? "largest " : "", KILN_IS_BF16(X->dtype) ? "bfloat16" : "float16",
+                     X->cols, need / 2 / (size_t)X->cols, ws ? ws_bytes : 0, ws ? "" : " (workspace NULL)", size_fn);
   if (ctx->device_type == kDLCPU) return KILN_OK; /* the CPU path needs none and ignores it */
   if (have) { /* aligned, and sharing no byte with x, the outputs or the weights */
     if ((uintptr_t)ws % 256)
@@ -209,7 +207,7 @@ kiln_status kiln_int4_prefill_gpu(const kiln_context *ctx, const char *op, const
   kiln_ctx_scope scope;
   kiln_status st = kiln_ctx_enter(ctx, &scope, op);
   if (st) return st;
-  st = kiln_w4_dequantize_gpu(ctx, op, a, ws, stream);
+  st = kiln_w4_dequantize_gpu(ctx, op, a, ws, a->n, stream);
   kiln_ctx_leave(ctx, &scope);
   if (st) return st;
   /* y = x · W with W the dequantized weight in the workspace (row-major [K, N], x's dtype) */
@@ -251,8 +249,9 @@ kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qw
   /* AUTO: PREFILL from M = 128 when opts carry the workspace. On the H200 DECODE wins at M = 64 and
    * PREFILL at M = 128 at 4096 x 4096, 4096 x 12288 and 8192 x 28672 (docs/performance.md,
    * scripts/int4-crossover.sh). */
-  if ((st = kiln_int4_prefill_plan(ctx, op, "KILN_INT4", "kiln_matmul_int4_workspace_size", 128, &algo,
-                                   o.workspace, o.workspace_bytes, &X, &Y, y_name, 1, &w, w_name, 1)))
+  if ((st = kiln_w16_prefill_plan(ctx, op, "KILN_INT4", "kiln_matmul_int4_workspace_size", 128,
+                                   kiln_int4_prefill_bytes(&w, 1), false, &algo, o.workspace, o.workspace_bytes, &X, &Y,
+                                   y_name, 1, &w, w_name, 1)))
     return st;
 
   const kiln_int4_args args = {

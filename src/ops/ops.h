@@ -92,18 +92,24 @@ kiln_status kiln_matmul_int4_gpu(const kiln_context *ctx, const char *op, const 
 /* PREFILL's first half: w[k, n] = scale · (q − zero) in x's dtype into ws (row-major [K, N], rows
  * in logical order: row perm[r] holds stored row r). */
 kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *args, void *ws,
-                                   CUstream stream);
+                                   int64_t ld, CUstream stream);
+/* kiln_qkv_project_int8's PREFILL pass: projection p's int8 weight times its scales, as x's
+ * dtype, into ws (row-major [k, p->n], rows ld apart). */
+kiln_status kiln_w8_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_proj *p, int32_t k,
+                                   int32_t x_dtype, void *ws, int64_t ld, CUstream stream);
 kiln_status kiln_qkv_int8_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
-/* PREFILL of the int4 ops (matmul_int4.c): the workspace the weights need (the largest, as x's
- * 16-bit dtype); checks opts' workspace and resolves *algo on a GPU context (AUTO -> PREFILL from
- * from_m rows of x when the workspace suffices, else DECODE), refusing an explicit PREFILL
- * without enough workspace (KILN_ERROR_WORKSPACE, naming size_fn); runs one projection
- * (dequantize into ws, then kiln_matmul of x into y). */
+/* PREFILL of the W·A16 ops (matmul_int4.c): the workspace int4 weights need (the largest, as x's
+ * 16-bit dtype); checks opts' workspace against need bytes (the message says "the largest weight"
+ * when largest, else "the weight": [K, need / 2K]), and against x, the outputs and the int4
+ * weights w (nw may be 0: int8 checks its own), and resolves *algo on a GPU context
+ * (AUTO -> PREFILL from from_m rows of x when the workspace suffices, else DECODE), refusing an
+ * explicit PREFILL without enough workspace (KILN_ERROR_WORKSPACE, naming size_fn); runs one
+ * projection (dequantize into ws, then kiln_matmul of x into y). */
 size_t kiln_int4_prefill_bytes(const kiln_qweight *const *w, int nw);
-kiln_status kiln_int4_prefill_plan(const kiln_context *ctx, const char *op, const char *prefix, const char *size_fn,
-                                   int64_t from_m, int *algo, void *ws, size_t ws_bytes, const kiln_matrix *X,
-                                   const kiln_matrix *Y, const char *const *ynames, int ny, const kiln_qweight *const *w,
-                                   const char *const *wnames, int nw);
+kiln_status kiln_w16_prefill_plan(const kiln_context *ctx, const char *op, const char *prefix, const char *size_fn,
+                                  int64_t from_m, size_t need, bool largest, int *algo, void *ws, size_t ws_bytes,
+                                  const kiln_matrix *X, const kiln_matrix *Y, const char *const *ynames, int ny,
+                                  const kiln_qweight *const *w, const char *const *wnames, int nw);
 kiln_status kiln_int4_prefill_gpu(const kiln_context *ctx, const char *op, const DLTensor *x, const kiln_int4_args *a,
                                   const DLTensor *y, void *ws, CUstream stream);
 kiln_status kiln_qkv_int4_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);

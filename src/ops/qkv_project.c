@@ -115,6 +115,102 @@ static kiln_status run(const kiln_context *ctx, const char *op, const kiln_qkv_a
   return st;
 }
 
+/* ---- PREFILL (both formats): each weight dequantized into the caller's workspace as x's dtype,
+ * then kiln_matmul. When q, k and v are adjacent column slices of one row-major buffer (y
+ * [M, Nq + Nk + Nv] split three ways, the usual fused output) and the workspace holds all three,
+ * the weights go side by side into one [K, Ntot] matrix and one GEMM writes the [M, Ntot] view;
+ * otherwise each projection in turn reuses a workspace of the largest weight's size (the stream
+ * orders the reuse). */
+static bool outputs_adjacent(const kiln_matrix Y[3]) {
+  int64_t n = 0;
+  for (int i = 0; i < 3; i++) {
+    if (Y[i].cs != 1 || Y[i].rs != Y[0].rs || (i > 0 && Y[i].data != Y[i - 1].data + Y[i - 1].cols * (int64_t)Y[i].elem))
+      return false;
+    n += Y[i].cols;
+  }
+  return Y[0].rs >= n;
+}
+/* merged: the three weights side by side; else the largest */
+static size_t prefill_bytes(int64_t k, const int64_t n[3], bool merged) {
+  const int64_t big = n[0] > n[1] ? (n[0] > n[2] ? n[0] : n[2]) : (n[1] > n[2] ? n[1] : n[2]);
+  return (size_t)k * (size_t)(merged ? n[0] + n[1] + n[2] : big) * 2;
+}
+
+static kiln_status dequantize(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, int i, bool int8,
+                              void *dst, int64_t ld, CUstream stream) {
+  kiln_ctx_scope scope;
+  kiln_status st = kiln_ctx_enter(ctx, &scope, op);
+  if (st) return st;
+  if (int8) {
+    st = kiln_w8_dequantize_gpu(ctx, op, &args->proj[i], args->k, args->x_dtype, dst, ld, stream);
+  } else {
+    kiln_int4_args a;
+    kiln_qkv_proj_as_int4(args, i, &a);
+    st = kiln_w4_dequantize_gpu(ctx, op, &a, dst, ld, stream);
+  }
+  kiln_ctx_leave(ctx, &scope);
+  return st;
+}
+
+/* y [M, n] (rows rs apart, columns cs) = x · w [K, n] (row-major, rows ld apart) */
+static kiln_status gemm(const kiln_context *ctx, const char *op, const kiln_matrix *X, DLDevice dev, void *w, int64_t n,
+                        int64_t ld, const kiln_matrix *Y, CUstream stream) {
+  int64_t xs[2] = {X->rows, X->cols}, xst[2] = {X->rs, X->cs}, wsh[2] = {X->cols, n}, wst[2] = {ld, 1};
+  int64_t ys[2] = {X->rows, n}, yst[2] = {Y->rs, Y->cs};
+  const DLTensor XT = {.data = X->data, .device = dev, .ndim = 2, .dtype = X->dtype, .shape = xs, .strides = xst};
+  const DLTensor WT = {.data = w, .device = dev, .ndim = 2, .dtype = X->dtype, .shape = wsh, .strides = wst};
+  const DLTensor YT = {.data = Y->data, .device = dev, .ndim = 2, .dtype = Y->dtype, .shape = ys, .strides = yst};
+  const kiln_status st = kiln_matmul((kiln_context *)ctx, &XT, &WT, &YT, NULL, stream);
+  if (st) {
+    char why[512]; /* kiln_matmul's message, attributed to this op (copied: kiln_fail writes that buffer) */
+    snprintf(why, sizeof why, "%s", kiln_last_error());
+    return kiln_fail(st, "%s (PREFILL): %s", op, why);
+  }
+  return KILN_OK;
+}
+
+static kiln_status prefill(const kiln_context *ctx, const char *op, DLDevice dev, const kiln_matrix *X,
+                           const kiln_matrix Y[3], const kiln_qkv_args *args, bool int8, bool merged, void *ws,
+                           CUstream stream) {
+  kiln_status st = KILN_OK;
+  if (merged) {
+    const int64_t ntot = (int64_t)args->proj[0].n + args->proj[1].n + args->proj[2].n;
+    int64_t col = 0;
+    for (int i = 0; i < 3 && !st; i++) {
+      st = dequantize(ctx, op, args, i, int8, (char *)ws + col * 2, ntot, stream);
+      col += args->proj[i].n;
+    }
+    return st ? st : gemm(ctx, op, X, dev, ws, ntot, ntot, &Y[0], stream);
+  }
+  for (int i = 0; i < 3 && !st; i++)
+    if (!(st = dequantize(ctx, op, args, i, int8, ws, args->proj[i].n, stream)))
+      st = gemm(ctx, op, X, dev, ws, args->proj[i].n, args->proj[i].n, &Y[i], stream);
+  return st;
+}
+
+/* PREFILL's workspace and algo for either op (kiln_w16_prefill_plan, plus the int8 weights and
+ * scales, which are not kiln_qweights). */
+static kiln_status plan(const kiln_context *ctx, const char *op, const char *size_fn, int *algo, bool *merged,
+                        const kiln_qkv_opts *opts, const kiln_matrix *X, const kiln_matrix Y[3],
+                        const kiln_qweight *const *w4, const kiln_matrix *W8, const kiln_matrix *S8) {
+  void *ws = opts ? opts->workspace : NULL;
+  const size_t ws_bytes = opts ? opts->workspace_bytes : 0;
+  const int64_t n[3] = {Y[0].cols, Y[1].cols, Y[2].cols};
+  *merged = outputs_adjacent(Y) && ws && ws_bytes >= prefill_bytes(X->cols, n, true);
+  const size_t need = prefill_bytes(X->cols, n, *merged);
+  /* AUTO: PREFILL from M = 256 with the workspace. At K 4096, Nq 4096, Nk = Nv 1024 on the H200,
+   * int4 DECODE takes 59.7 µs at M = 128 against PREFILL's 77.2 (three dequantize passes and
+   * three GEMMs, two of them narrow), PREFILL 77.8 against 106.9 at M = 256 (docs/performance.md;
+   * measured before the merged GEMM; int8 not yet measured) */
+  kiln_status st = kiln_w16_prefill_plan(ctx, op, "KILN_QKV", size_fn, 256, need, !*merged, algo, ws, ws_bytes, X, Y,
+                                         OUT, 3, w4, WNAME, w4 ? 3 : 0);
+  if (st || !W8 || *algo != KILN_QKV_PREFILL) return st;
+  for (int i = 0; i < 3 && !st; i++)
+    if (!(st = kiln_check_disjoint(op, "opts->workspace", ws, (int64_t)need, WNAME[i], W8[i].data, W8[i].span_bytes)))
+      st = kiln_check_disjoint(op, "opts->workspace", ws, (int64_t)need, SNAME[i], S8[i].data, S8[i].span_bytes);
+  return st;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* kiln_qkv_project_int8                                                                      */
 /* ------------------------------------------------------------------------------------------ */
@@ -169,6 +265,50 @@ static kiln_status check_scale(const kiln_context *ctx, const char *op, int i, c
   return KILN_OK;
 }
 
+/* The checks kiln_qkv_project_int8 and its workspace query share: x, the weights, the scales
+ * (their data and strides into sdata, sstride), the outputs, and that no output shares a byte
+ * with a weight or a scale. */
+static kiln_status check_int8_call(const kiln_context *ctx, const char *op, const DLTensor *x, const DLTensor *const w[3],
+                                   const DLTensor *const s[3], const DLTensor *const out[3], kiln_matrix *X,
+                                   kiln_matrix W[3], kiln_matrix S[3], kiln_matrix Y[3], const float *sdata[3],
+                                   int64_t sstride[3]) {
+  kiln_status st = kiln_check_w16_x(ctx, op, x, X);
+  if (st) return st;
+  int64_t n[3];
+  for (int i = 0; i < 3; i++) {
+    if ((st = check_int8_weight(ctx, op, i, w[i], x, X->cols, &W[i]))) return st;
+    n[i] = W[i].cols;
+  }
+  for (int i = 0; i < 3; i++)
+    if ((st = check_scale(ctx, op, i, s[i], n[i], &sdata[i], &sstride[i], &S[i]))) return st;
+  if ((st = check_outputs(ctx, op, out, n, X, Y))) return st;
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++)
+      if ((st = kiln_check_no_overlap(op, OUT[i], &Y[i], WNAME[j], &W[j])) ||
+          (st = kiln_check_no_overlap(op, OUT[i], &Y[i], SNAME[j], &S[j])))
+        return st;
+  return KILN_OK;
+}
+
+kiln_status kiln_qkv_project_int8_workspace_size(kiln_context *ctx, const DLTensor *x, const DLTensor *wq,
+                                                 const DLTensor *wk, const DLTensor *wv, const DLTensor *q_scale,
+                                                 const DLTensor *k_scale, const DLTensor *v_scale, const DLTensor *q,
+                                                 const DLTensor *k, const DLTensor *v, size_t *bytes) {
+  const char *op = "kiln_qkv_project_int8_workspace_size";
+  kiln_status st = kiln_check_context(ctx, op);
+  if (st) return st;
+  if (!bytes) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL; pass the address of a size_t", op);
+  *bytes = 0;
+  const DLTensor *const w[3] = {wq, wk, wv}, *const s[3] = {q_scale, k_scale, v_scale}, *const out[3] = {q, k, v};
+  kiln_matrix X, W[3], S[3], Y[3];
+  const float *sdata[3];
+  int64_t sstride[3];
+  if ((st = check_int8_call(ctx, op, x, w, s, out, &X, W, S, Y, sdata, sstride))) return st;
+  const int64_t n[3] = {Y[0].cols, Y[1].cols, Y[2].cols};
+  if (ctx->device_type != kDLCPU) *bytes = prefill_bytes(X.cols, n, outputs_adjacent(Y));
+  return KILN_OK;
+}
+
 kiln_status kiln_qkv_project_int8(kiln_context *ctx, const DLTensor *x, const DLTensor *wq, const DLTensor *wk,
                                   const DLTensor *wv, const DLTensor *q_scale, const DLTensor *k_scale,
                                   const DLTensor *v_scale, const DLTensor *q, const DLTensor *k, const DLTensor *v,
@@ -180,19 +320,11 @@ kiln_status kiln_qkv_project_int8(kiln_context *ctx, const DLTensor *x, const DL
   if (st) return st;
   const DLTensor *const w[3] = {wq, wk, wv}, *const s[3] = {q_scale, k_scale, v_scale}, *const out[3] = {q, k, v};
   const float *sdata[3];
-  int64_t sstride[3], n[3];
-  for (int i = 0; i < 3; i++) {
-    if ((st = check_int8_weight(ctx, op, i, w[i], x, X.cols, &W[i]))) return st;
-    n[i] = W[i].cols;
-  }
-  for (int i = 0; i < 3; i++)
-    if ((st = check_scale(ctx, op, i, s[i], n[i], &sdata[i], &sstride[i], &S[i]))) return st;
-  if ((st = check_outputs(ctx, op, out, n, &X, Y))) return st;
-  for (int i = 0; i < 3; i++)
-    for (int j = 0; j < 3; j++)
-      if ((st = kiln_check_no_overlap(op, OUT[i], &Y[i], WNAME[j], &W[j])) ||
-          (st = kiln_check_no_overlap(op, OUT[i], &Y[i], SNAME[j], &S[j])))
-        return st;
+  int64_t sstride[3];
+  if ((st = check_int8_call(ctx, op, x, w, s, out, &X, W, S, Y, sdata, sstride))) return st;
+
+  bool merged;
+  if ((st = plan(ctx, op, "kiln_qkv_project_int8_workspace_size", &algo, &merged, opts, &X, Y, NULL, W, S))) return st;
 
   kiln_qkv_args args;
   set_common(&args, &X, Y, algo);
@@ -203,6 +335,7 @@ kiln_status kiln_qkv_project_int8(kiln_context *ctx, const DLTensor *x, const DL
     p->scale = sdata[i];
     p->scale_stride = sstride[i];
   }
+  if (algo == KILN_QKV_PREFILL) return prefill(ctx, op, x->device, &X, Y, &args, true, merged, opts->workspace, stream);
   return run(ctx, op, &args, true, stream);
 }
 
@@ -240,7 +373,8 @@ kiln_status kiln_qkv_project_int4_workspace_size(kiln_context *ctx, const DLTens
   const DLTensor *const out[3] = {q, k, v};
   kiln_matrix X, Y[3];
   if ((st = check_int4_call(ctx, op, x, w, out, &X, Y))) return st;
-  if (ctx->device_type != kDLCPU) *bytes = kiln_int4_prefill_bytes(w, 3);
+  const int64_t n[3] = {Y[0].cols, Y[1].cols, Y[2].cols};
+  if (ctx->device_type != kDLCPU) *bytes = prefill_bytes(X.cols, n, outputs_adjacent(Y));
   return KILN_OK;
 }
 
@@ -258,12 +392,8 @@ kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const ki
   if (ctx->device_type == kDLCPU)
     for (int i = 0; i < 3; i++)
       if ((st = kiln_check_int4_weight_values(op, WNAME[i], w[i]))) return st;
-  void *ws = opts ? opts->workspace : NULL;
-  /* AUTO: PREFILL from M = 256 with the workspace. At K 4096, Nq 4096, Nk = Nv 1024 on the H200,
-   * DECODE takes 59.7 µs at M = 128 against PREFILL's 77.2 (three dequantize passes and three
-   * GEMMs, two of them narrow), PREFILL 77.8 against 106.9 at M = 256 (docs/performance.md). */
-  if ((st = kiln_int4_prefill_plan(ctx, op, "KILN_QKV", "kiln_qkv_project_int4_workspace_size", 256, &algo, ws,
-                                   opts ? opts->workspace_bytes : 0, &X, Y, OUT, 3, w, WNAME, 3)))
+  bool merged;
+  if ((st = plan(ctx, op, "kiln_qkv_project_int4_workspace_size", &algo, &merged, opts, &X, Y, w, NULL, NULL)))
     return st;
 
   kiln_qkv_args args;
@@ -276,13 +406,6 @@ kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const ki
     p->perm = w[i]->perm;
     p->group = (int32_t)w[i]->group;
   }
-  if (algo != KILN_QKV_PREFILL) return run(ctx, op, &args, false, stream);
-  /* PREFILL: each projection dequantized into the workspace and multiplied in turn (the stream
-   * orders the reuse) */
-  for (int i = 0; i < 3; i++) {
-    kiln_int4_args a;
-    kiln_qkv_proj_as_int4(&args, i, &a);
-    if ((st = kiln_int4_prefill_gpu(ctx, op, x, &a, out[i], ws, stream))) return st;
-  }
-  return KILN_OK;
+  if (algo == KILN_QKV_PREFILL) return prefill(ctx, op, x->device, &X, Y, &args, false, merged, opts->workspace, stream);
+  return run(ctx, op, &args, false, stream);
 }

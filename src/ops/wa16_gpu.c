@@ -7,8 +7,8 @@
  * with mma.sync on exactly dequantized weights (sm_80+); each 16 rows of x re-read the weights
  * (from L2 when they fit), so at large M it is compute-starved. kiln_matmul_int4's PREFILL
  * (matmul_int4.c) dequantizes into the caller's workspace (kernels/w4_dequant.cu) and runs
- * kiln_matmul instead. The fused QKV calls have no PREFILL yet: DECODE at every M, and an
- * explicit PREFILL is refused with UNSUPPORTED.
+ * kiln_matmul instead; the fused QKV calls do the same per projection or, into adjacent
+ * outputs, for the three weights side by side (qkv_project.c; kernels/w8_dequant.cu for int8).
  */
 #include <inttypes.h>
 
@@ -17,9 +17,8 @@
 /* int8: the three weights are int8 [k, n] (w, scale); else kiln_qweights (codes, scales, ...). */
 static kiln_status wa16_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *a, bool int8,
                             CUstream stream) {
-  if (a->algo == KILN_QKV_PREFILL)
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: algo PREFILL has no GPU kernel yet; use AUTO or DECODE (which handle every M)", op);
+  if (a->algo == KILN_QKV_PREFILL) /* PREFILL runs kiln_matmul (qkv_project.c, matmul_int4.c), never this */
+    return kiln_fail(KILN_ERROR_INTERNAL, "%s: internal error: PREFILL reached the DECODE kernels", op);
   int64_t blocks = 0; /* 32 columns each, projection after projection */
   for (int i = 0; i < 3; i++) blocks += (a->proj[i].n + 31) / 32;
   const bool m16 = a->m > 8; /* rows of x per block: 8 (decode) or 16 */
@@ -61,16 +60,29 @@ kiln_status kiln_qkv_int8_gpu(const kiln_context *ctx, const char *op, const kil
 }
 
 kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *a, void *ws,
-                                   CUstream stream) {
+                                   int64_t ld, CUstream stream) {
   kiln_int4_args args = *a;
   /* 8 columns per thread (16-byte loads and stores) when the rows and pointers allow it */
-  int cols = a->n % 8 == 0 && (uintptr_t)a->codes % 16 == 0 && (uintptr_t)a->scales % 16 == 0 &&
-                     (uintptr_t)a->zeros % 8 == 0
+  int cols = a->n % 8 == 0 && ld % 8 == 0 && (uintptr_t)ws % 16 == 0 && (uintptr_t)a->codes % 16 == 0 &&
+                     (uintptr_t)a->scales % 16 == 0 && (uintptr_t)a->zeros % 8 == 0
                  ? 8
                  : 1;
-  void *params[] = {&args, &ws, &cols};
+  void *params[] = {&args, &ws, &cols, &ld};
   const unsigned threads = 256, blocks_x = (unsigned)((a->n + (int64_t)threads * cols - 1) / ((int64_t)threads * cols)),
                  blocks_y = (unsigned)(a->k / 8 < 65535 ? a->k / 8 : 65535);
   return kiln_launch(ctx, a->x_dtype == KILN_DT_BF16 ? KILN_K_W4_DEQUANT_BF16 : KILN_K_W4_DEQUANT_F16, blocks_x,
                      blocks_y, 1, threads, 0, stream, params, op);
+}
+
+kiln_status kiln_w8_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_proj *p, int32_t k,
+                                   int32_t x_dtype, void *ws, int64_t ld, CUstream stream) {
+  const int64_t blocks_y = ((int64_t)k + 31) / 32; /* 32 x 32 tiles (kernels/w8_dequant.cu) */
+  if (blocks_y > 65535)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED, "%s: PREFILL takes K up to 65535 x 32 = 2097120 (found %d); use DECODE",
+                     op, (int)k);
+  kiln_qkv_proj proj = *p;
+  int32_t kk = k;
+  void *params[] = {&proj, &kk, &ws, &ld};
+  return kiln_launch(ctx, x_dtype == KILN_DT_BF16 ? KILN_K_W8_DEQUANT_BF16 : KILN_K_W8_DEQUANT_F16,
+                     (unsigned)((p->n + 31) / 32), (unsigned)blocks_y, 1, 32 * 8, 0, stream, params, op);
 }

@@ -25,8 +25,9 @@ const char bench_qkv_usage[] =
     "  --dtype f16|bf16     activation and output dtype (default f16)\n"
     "  --int8 col|row       int8 weight layout: column-major views of [N, K] (default) or [K, N]\n"
     "  --only int4|int8     one weight format (default both)\n"
-    "  --algo A             int4: auto (default), decode or prefill; the PREFILL workspace is given\n"
-    "                       to auto from M = 128 and to prefill always (and to the 3 single calls)\n"
+    "  --algo A             auto (default), decode or prefill; the PREFILL workspace (the three\n"
+    "                       weights side by side) is given to auto from M = 128 and to prefill\n"
+    "                       always (and to the 3 single int4 calls)\n"
     "  --m M                this one M only\n" BENCH_COMMON_USAGE;
 
 /* n_copies copies of the three projections' buffers, back to back, per buffer kind. */
@@ -89,7 +90,7 @@ static int fused8_fn(void *user, int iter) {
   for (int i = 0; i < 3; i++) c->w8[i].data = (void *)(uintptr_t)p, p += (size_t)(w->K * w->N[i]);
   for (int i = 0; i < 3; i++) c->s8[i].data = (void *)(uintptr_t)p, p += sizeof(float) * (size_t)w->N[i];
   c->st = kiln_qkv_project_int8(c->env->ctx, &c->x, &c->w8[0], &c->w8[1], &c->w8[2], &c->s8[0], &c->s8[1], &c->s8[2],
-                                &c->y[0], &c->y[1], &c->y[2], NULL, c->env->stream);
+                                &c->y[0], &c->y[1], &c->y[2], &c->opts, c->env->stream);
   return c->st != KILN_OK;
 }
 
@@ -199,10 +200,10 @@ static int run_m(bench_env *env, const bench_cublas *cb, qkv_weights *w, int64_t
   }
   c.opts = kiln_qkv_opts_default(), c.opts1 = kiln_matmul_int4_opts_default();
   c.opts.algo = algo, c.opts1.algo = (kiln_int4_algo)algo;
-  if (bench_w16_gets_workspace(algo, M)) { /* the largest weight in x's dtype */
-    int64_t nmax = 0;
-    for (int i = 0; i < 3; i++) nmax = w->N[i] > nmax ? w->N[i] : nmax;
-    const size_t b = (size_t)K * (size_t)nmax * 2;
+  if (bench_w16_gets_workspace(algo, M)) {
+    /* the three weights side by side in x's dtype: q, k, v are adjacent slices of y, so the
+     * fused PREFILL runs one GEMM (and the three single calls have room too) */
+    const size_t b = (size_t)K * (size_t)Nt * 2;
     if (bench_alloc(env, b, &c.ws)) {
       rc = -1;
       goto done;
@@ -238,9 +239,12 @@ static int run_m(bench_env *env, const bench_cublas *cb, qkv_weights *w, int64_t
                       copy_gbps)))
       goto done;
   }
-  if (formats & 2)
-    rc = measure(env, &c, "qkv_int8", int8_col ? "w8 col-major" : "w8 row-major", w8b, fused8_fn,
-                 cb->lib ? peer_fn : NULL, cublas, copy_gbps);
+  if (formats & 2) {
+    static const char *const sfx[] = {"", " decode", " prefill"};
+    char name8[40];
+    snprintf(name8, sizeof name8, "w8 %s%s", int8_col ? "col-major" : "row-major", sfx[algo]);
+    rc = measure(env, &c, "qkv_int8", name8, w8b, fused8_fn, cb->lib ? peer_fn : NULL, cublas, copy_gbps);
+  }
 done:
   bench_free(env, c.xp), bench_free(env, c.yp), bench_free(env, c.ws);
   return rc;
