@@ -8,8 +8,8 @@
  *
  * Bandwidth-bound (K·N bytes in, 2·K·N out). Both weight layouts are read along their contiguous
  * dimension and written along n: a 32 x 32 tile goes through shared memory (padded by one column
- * so the transposed reads of a column-major weight hit 32 different banks). Block: 32 x 8
- * threads, each 4 rows of the tile.
+ * so the transposed reads of a column-major weight hit 32 different banks). Block: 256 threads
+ * (kiln_launch's blocks are one-dimensional) seen as 32 x 8, each 4 rows of the tile.
  */
 #include "common.cuh"
 
@@ -18,7 +18,8 @@ constexpr int TILE = 32, ROWS = 8;
 template <bool BF16>
 KILN_DEVICE void dequant8(const kiln_qkv_proj &p, int k, uint16_t *ws, int64_t ld) {
   __shared__ float tile[TILE][TILE + 1]; /* [k][n] of this block's 32 x 32 tile */
-  const int n0 = blockIdx.x * TILE, k0 = blockIdx.y * TILE, tx = threadIdx.x, ty = threadIdx.y;
+  const int n0 = blockIdx.x * TILE, k0 = blockIdx.y * TILE, tx = threadIdx.x % TILE,
+            ty = threadIdx.x / TILE;
   const bool col_major = p.w_cs != 1; /* then w_rs == 1: k is the contiguous dimension */
 #pragma unroll
   for (int i = 0; i < TILE; i += ROWS) {
