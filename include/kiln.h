@@ -288,8 +288,12 @@ KILN_API kiln_status kiln_matmul_backward(kiln_context *ctx, const DLTensor *a, 
  * f32 in that order, then rounded once to C's dtype. Any M, N >= 1. C must not overlap A, B or
  * the scale vectors. */
 typedef enum kiln_int8_algo {
-  KILN_INT8_AUTO = 0, /* the CPU path on a CPU context; on a GPU (sm_80+): IMMA mma.sync m16n8k32 kernels,
-                       * cp.async-pipelined when A and B are k-major with 16-byte aligned rows */
+  KILN_INT8_AUTO = 0,     /* the CPU path on a CPU context; on a GPU WGMMA where it applies, else MMA_SYNC */
+  KILN_INT8_MMA_SYNC = 1, /* sm_80+: IMMA mma.sync m16n8k32 kernels, any layout and alignment, cp.async-
+                           * pipelined when A and B are k-major with 16-byte aligned rows */
+  KILN_INT8_WGMMA = 2,    /* sm_90 (Hopper): warpgroup wgmma m64nNk32 fed by TMA; A and B k-major (x @ W.T
+                           * with a Linear weight W [N,K]) with 16-byte aligned data, leading dimensions
+                           * and batch strides (a column-major C counts as Cᵀ = Bᵀ·Aᵀ). Same bits as MMA_SYNC */
 } kiln_int8_algo;
 
 typedef struct kiln_matmul_int8_opts {

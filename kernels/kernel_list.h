@@ -45,11 +45,15 @@
   X(KILN_K_ATTN_BWD_DQ_##dt##_D128, "kiln_attn_bwd_dq_" #dt "_d128", "attention_bwd_sm80")     \
   X(KILN_K_ATTN_BWD_DQ_##dt##_D256, "kiln_attn_bwd_dq_" #dt "_d256", "attention_bwd_sm80")
 
-/* W8A8 (kiln_matmul_int8, sm_80+): dtype i8, names as the GEMMs above; cp.async only for kk. */
+/* W8A8 (kiln_matmul_int8): dtype i8, names as the GEMMs above; cp.async (sm_80+) and WGMMA
+ * (sm_90a, tile widths 256 / 128 / 64) only for kk. */
 #define KILN_INT8_KERNELS(X)                                                        \
   KILN_GEMM_KERNELS_FOR(X, mma, i8, , "gemm_int8_sm80")                             \
   KILN_GEMM_KERNELS_FOR(X, mma, i8, _scalar, "gemm_int8_sm80")                      \
-  X(KILN_K_GEMM_cpasync_i8_KK, "kiln_gemm_cpasync_i8_kk", "gemm_int8_sm80")
+  X(KILN_K_GEMM_cpasync_i8_KK, "kiln_gemm_cpasync_i8_kk", "gemm_int8_sm80")         \
+  X(KILN_K_GEMM_wgmma256_i8_KK, "kiln_gemm_wgmma256_i8_kk", "gemm_int8_sm90")       \
+  X(KILN_K_GEMM_wgmma128_i8_KK, "kiln_gemm_wgmma128_i8_kk", "gemm_int8_sm90")       \
+  X(KILN_K_GEMM_wgmma64_i8_KK, "kiln_gemm_wgmma64_i8_kk", "gemm_int8_sm90")
 
 #define KILN_KERNELS(X)                                          \
   X(KILN_K_CAST, "kiln_cast", "cast")                            \

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes kernels/wgmma.cuh: inline-PTX wrappers of wgmma.mma_async m64nNk16 (f16/bf16 in, f32
-accumulate) for the tile widths kiln uses, N in NS; their N/2 accumulator operands are too many
-to write by hand. Run: python3 scripts/gen_wgmma.py > kernels/wgmma.cuh"""
+accumulate) and m64nNk32 (s8 in, s32 accumulate) for the tile widths kiln uses, N in NS; their
+N/2 accumulator operands are too many to write by hand.
+Run: python3 scripts/gen_wgmma.py > kernels/wgmma.cuh"""
 
 NS = (256, 128, 64)
 
@@ -31,8 +32,31 @@ __device__ __forceinline__ void wgmma_m64n{n}k16(float (&d)[{n // 2}], uint64_t 
 """
 
 
+def function_s8(n):
+    """int8: both operands k-major (wgmma has no transpose for 8-bit types), no .satfinite, so
+    the s32 sums wrap modulo 2^32 as mma.sync's do."""
+    regs = n // 2
+    ops = ", ".join(f"%{i}" for i in range(regs))
+    outs = ", ".join(f'"+r"(d[{i}])' for i in range(regs))
+    return f"""
+__device__ __forceinline__ void wgmma_s8_m64n{n}k32(int32_t (&d)[{n // 2}], uint64_t desc_a, uint64_t desc_b) {{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n"
+               "wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8 {{{ops}}}, %{regs}, %{regs + 1}, p;\\n}}\\n"
+               : {outs}
+               : "l"(desc_a), "l"(desc_b));
+#endif
+}}
+"""
+
+
 dispatch = "\n".join(
     f"  {'if' if i == 0 else 'else if'} constexpr (N == {n})\n    wgmma_m64n{n}k16<BF16, TRANS_A, TRANS_B>(d, desc_a, desc_b);"
+    for i, n in enumerate(NS)
+)
+
+dispatch_s8 = "\n".join(
+    f"  {'if' if i == 0 else 'else if'} constexpr (N == {n})\n    wgmma_s8_m64n{n}k32(d, desc_a, desc_b);"
     for i, n in enumerate(NS)
 )
 
@@ -41,6 +65,7 @@ print(f"""/*
  * d[N/2] += A(64x16, shared-memory descriptor) * B(16xN, descriptor) with one warpgroup, for
  * N in {", ".join(map(str, NS))}. TRANS_A / TRANS_B: 0 for K-major operands, 1 for M-/N-major
  * (transposed) ones. wgmma_m64k16<N> picks the instruction of width N.
+ * d[N/2] += A(64x32 int8) * B(32xN int8) in s32, both k-major: wgmma_s8_m64k32<N>.
  */
 #pragma once
 #include <stdint.h>
@@ -50,6 +75,11 @@ namespace kiln {{
 template <int N, bool BF16, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {{
 {dispatch}
+}}
+{"".join(function_s8(n) for n in NS)}
+template <int N>
+__device__ __forceinline__ void wgmma_s8_m64k32(int32_t (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {{
+{dispatch_s8}
 }}
 
 }} /* namespace kiln */""")

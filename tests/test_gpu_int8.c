@@ -12,7 +12,9 @@
  *
  * Layout classes per operand, which pick the kernel: "natural" (ld = inner size, no offset),
  * "unaligned" (odd ld pad, odd offset: the _scalar kernels) and "aligned" (ld a multiple of 16
- * bytes, 16-byte offset: vector loads; cp.async when A and B are both k-major).
+ * bytes, 16-byte offset: vector loads; cp.async when A and B are both k-major, and on sm_90
+ * WGMMA, which AUTO takes for k-major operands with 16-byte aligned rows). wgmma_and_mma_sync
+ * runs both algos by name on the same data.
  *
  * KILN_TEST_SANITIZER (set by scripts/gpu-session.sh under compute-sanitizer) shrinks the
  * shapes. Exits 77 (CTest: skipped) with a SKIP line when there is no usable GPU.
@@ -28,6 +30,8 @@ static kiln_context *g_cpu; /* the reference */
 static CUstream g_stream;
 static int g_sanitizer;
 static int g_int8_ok; /* compute capability >= 8.0 */
+static int g_wgmma;   /* compute capability 9.0: KILN_INT8_WGMMA runs */
+static kiln_int8_algo g_algo = KILN_INT8_AUTO; /* what run_compare asks for */
 
 static const DLDataType T_I8 = {kDLInt, 8, 1}, T_U8 = {kDLUInt, 8, 1};
 static const DLDataType *const C_DTS[3] = {&TEST_F32, &TEST_F16, &TEST_BF16};
@@ -154,6 +158,7 @@ static bool run_compare(gmat *a, gmat *b, gmat *c, float scale, gvec *row, gvec 
   tm_poison(&c->h);
   gm_upload(c);
   kiln_matmul_int8_opts o = kiln_matmul_int8_opts_default();
+  o.algo = g_algo;
   o.scale = scale;
   o.row_scale = row ? &row->t : NULL;
   o.col_scale = col ? &col->t : NULL;
@@ -165,6 +170,7 @@ static bool run_compare(gmat *a, gmat *b, gmat *c, float scale, gvec *row, gvec 
   void *got = malloc(bytes);
   assert_non_null(got);
   gm_download(c, got);
+  o.algo = KILN_INT8_AUTO; /* the CPU context takes no GPU algo */
   o.row_scale = row ? &row->host : NULL;
   o.col_scale = col ? &col->host : NULL;
   assert_kiln_ok(kiln_matmul_int8(g_cpu, &a->h.t, &b->h.t, &c->h.t, &o, NULL));
@@ -475,6 +481,88 @@ static void streams(void **state) {
   gm_free(&a), gm_free(&b), gm_free(&c);
 }
 
+/* The same data through KILN_INT8_MMA_SYNC and KILN_INT8_WGMMA by name, each bit for bit
+ * against the CPU: k-major aligned operands at every WGMMA tile width (the host picks 256 /
+ * 128 / 64 by shape), ragged M, N, K (TMA's zero fill), batches with a broadcast B, a
+ * column-major C (computed as Cᵀ = Bᵀ·Aᵀ, still k-major), and K = 2^17 of -128 (every sum
+ * wraps to INT32_MIN and reads +2^31). Then WGMMA's refusals: an m-major A, an n-major B, rows
+ * not 16-byte aligned; off sm_90, the device. */
+static void wgmma_and_mma_sync(void **state) {
+  (void)state;
+  SKIP_IF_NO_INT8();
+  int failures = 0;
+  char what[360];
+  if (g_wgmma) {
+    struct {
+      int64_t batch, bb, M, N, K;
+      int lc, scales;
+      const char *tag;
+    } cases[] = {
+        {1, 1, 2048, 2048, 1000, ROW, 3, "tile 256"},          {1, 1, 1024, 1100, 777, ROW, 2, "tile 128"},
+        {1, 1, 300, 700, 333, ROW, 1, "tile 64"},              {1, 1, 5, 5000, 4096, ROW, 2, "M 5: tile 128"},
+        {1, 1, 1, 3, 1, COL, 0, "1 x 3 x 1"},                  {1, 1, 129, 257, 129, COL, 3, "column-major C"},
+        {3, 1, 70, 300, 129, ROW, 2, "batch 3, B broadcast"}, {2, 2, 200, 130, 4100, COL, 1, "batch 2, col-major C"},
+    };
+    const int n = g_sanitizer ? 5 : (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+      const int64_t M = g_sanitizer && cases[i].M > 300 ? cases[i].M / 8 : cases[i].M, N = cases[i].N, K = cases[i].K;
+      const int64_t nb = cases[i].batch;
+      gmat a, b, c;
+      gm_init(&a, T_I8, nb > 1 ? 3 : 2, nb, M, K, ROW, ALIGNED);
+      gm_init(&b, T_I8, nb > 1 ? 3 : 2, cases[i].bb, K, N, COL, ALIGNED);
+      gm_init(&c, *C_DTS[i % 3], nb > 1 ? 3 : 2, nb, M, N, cases[i].lc, NATURAL);
+      gm_random_i8(&a);
+      gm_random_i8(&b);
+      gvec row, col;
+      if (cases[i].scales & 1) gv_init(&row, M, 1);
+      if (cases[i].scales & 2) gv_init(&col, N, 2);
+      for (int al = 0; al < 2; al++) {
+        g_algo = al ? KILN_INT8_WGMMA : KILN_INT8_MMA_SYNC;
+        describe(what, sizeof what, cases[i].tag, nb, M, N, K, &a, ALIGNED, &b, ALIGNED, &c, NATURAL, 0.125f,
+                 cases[i].scales & 1 ? &row : NULL, cases[i].scales & 2 ? &col : NULL);
+        strncat(what, al ? " (WGMMA)" : " (MMA_SYNC)", sizeof what - strlen(what) - 1);
+        failures += !run_compare(&a, &b, &c, 0.125f, cases[i].scales & 1 ? &row : NULL,
+                                 cases[i].scales & 2 ? &col : NULL, what);
+      }
+      if (cases[i].scales & 1) gv_free(&row);
+      if (cases[i].scales & 2) gv_free(&col);
+      gm_free(&a), gm_free(&b), gm_free(&c);
+    }
+    /* K = 2^17 of -128: sums of 2^31, wrapped in the s32 accumulators */
+    const int64_t M = g_sanitizer ? 3 : 130, N = g_sanitizer ? 5 : 260, K = 131072;
+    gmat a, b, c;
+    gm_init(&a, T_I8, 2, 1, M, K, ROW, ALIGNED);
+    gm_init(&b, T_I8, 2, 1, K, N, COL, ALIGNED);
+    gm_init(&c, TEST_F32, 2, 1, M, N, ROW, NATURAL);
+    gm_set_i8(&a, -128);
+    gm_set_i8(&b, -128);
+    g_algo = KILN_INT8_WGMMA;
+    failures += !run_compare(&a, &b, &c, 1.0f, NULL, NULL, "WGMMA, K = 2^17 of -128");
+    gm_free(&a), gm_free(&b), gm_free(&c);
+  }
+  g_algo = KILN_INT8_AUTO;
+  if (failures) fail_msg("%d products differ from the CPU path (listed above)", failures);
+
+  /* refusals of KILN_INT8_WGMMA (C untouched) */
+  struct {
+    int la, lb, al;
+    const char *expect;
+  } refusals[] = {
+      {COL, COL, ALIGNED, "k-major"}, {ROW, ROW, ALIGNED, "k-major"}, {ROW, COL, UNALIGNED, "multiples of 16 bytes"}};
+  kiln_matmul_int8_opts o = kiln_matmul_int8_opts_default();
+  o.algo = KILN_INT8_WGMMA;
+  for (int r = 0; r < 3; r++) {
+    gmat a, b, c;
+    gm_init(&a, T_I8, 2, 1, 40, 64, refusals[r].la, refusals[r].al);
+    gm_init(&b, T_I8, 2, 1, 64, 48, refusals[r].lb, refusals[r].al);
+    gm_init(&c, TEST_F32, 2, 1, 40, 48, ROW, NATURAL);
+    assert_kiln_fails(kiln_matmul_int8(g_ctx, &a.t, &b.t, &c.t, &o, g_stream), KILN_ERROR_UNSUPPORTED,
+                      "kiln_matmul_int8: algo KILN_INT8_WGMMA on ", g_wgmma ? refusals[r].expect : "sm_90",
+                      "use KILN_INT8_AUTO or _MMA_SYNC");
+    gm_free(&a), gm_free(&b), gm_free(&c);
+  }
+}
+
 /* Below sm_80 the GPU path refuses with UNSUPPORTED and says why (runs only on such devices). */
 static void refused_below_sm80(void **state) {
   (void)state;
@@ -497,9 +585,12 @@ int main(int argc, char **argv) {
   g_sanitizer = getenv("KILN_TEST_SANITIZER") != NULL;
   kiln_device_info info;
   memset(&info, 0, sizeof info);
-  if (kiln_context_info(g_ctx, &info) == KILN_OK) g_int8_ok = info.cc_major >= 8;
-  printf("int8 kernels %s (device sm_%d%d)%s\n", g_int8_ok ? "run" : "refused", info.cc_major, info.cc_minor,
-         g_sanitizer ? ", sanitizer sizes" : "");
+  if (kiln_context_info(g_ctx, &info) == KILN_OK) {
+    g_int8_ok = info.cc_major >= 8;
+    g_wgmma = info.cc_major == 9 && info.cc_minor == 0;
+  }
+  printf("int8 kernels %s, WGMMA %s (device sm_%d%d)%s\n", g_int8_ok ? "run" : "refused",
+         g_wgmma ? "runs" : "refused", info.cc_major, info.cc_minor, g_sanitizer ? ", sanitizer sizes" : "");
   if (kiln_context_create(kDLCPU, 0, &g_cpu) != KILN_OK || kiln_stream_create(g_ctx, &g_stream) != KILN_OK) {
     printf("FAIL: context or stream: %s\n", kiln_last_error());
     return 1;
@@ -513,6 +604,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(k_bound_sums),
       cmocka_unit_test(large),
       cmocka_unit_test(streams),
+      cmocka_unit_test(wgmma_and_mma_sync),
       cmocka_unit_test(refused_below_sm80),
   };
   int failed = cmocka_run_group_tests_name("gpu_int8", tests, NULL, NULL);

@@ -638,11 +638,18 @@ static void err_scale_and_algo(void **state) {
   o.scale = -INFINITY;
   assert_kiln_fails(MM(&f.a.t, &f.b.t, &f.c.t, &o), E_INV, "opts->scale is -inf");
   o = kiln_matmul_int8_opts_default();
-  o.algo = (kiln_int8_algo)1;
-  assert_kiln_fails(MM(&f.a.t, &f.b.t, &f.c.t, &o), E_INV, "kiln_matmul_int8: opts->algo is 1",
-                    "expected KILN_INT8_AUTO");
+  o.algo = (kiln_int8_algo)3;
+  assert_kiln_fails(MM(&f.a.t, &f.b.t, &f.c.t, &o), E_INV, "kiln_matmul_int8: opts->algo is 3",
+                    "expected KILN_INT8_AUTO, KILN_INT8_MMA_SYNC or KILN_INT8_WGMMA");
   o.algo = (kiln_int8_algo)-1;
   assert_kiln_fails(MM(&f.a.t, &f.b.t, &f.c.t, &o), E_INV, "opts->algo is -1");
+  /* the GPU kernels by name on a CPU context: refused, not silently run on the CPU */
+  o.algo = KILN_INT8_MMA_SYNC;
+  assert_kiln_fails(MM(&f.a.t, &f.b.t, &f.c.t, &o), KILN_ERROR_UNSUPPORTED,
+                    "kiln_matmul_int8: opts->algo KILN_INT8_MMA_SYNC is a GPU kernel but the context is the CPU's",
+                    "use KILN_INT8_AUTO for CPU tensors");
+  o.algo = KILN_INT8_WGMMA;
+  assert_kiln_fails(MM(&f.a.t, &f.b.t, &f.c.t, &o), KILN_ERROR_UNSUPPORTED, "opts->algo KILN_INT8_WGMMA is a GPU kernel");
   fx_untouched(&f);
   o = kiln_matmul_int8_opts_default();
   assert_kiln_ok(MM(&f.a.t, &f.b.t, &f.c.t, &o));

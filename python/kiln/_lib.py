@@ -94,6 +94,8 @@ class MatmulAlgo(enum.IntEnum):
 
 class Int8Algo(enum.IntEnum):
     AUTO = 0
+    MMA_SYNC = 1
+    WGMMA = 2
 
 
 class Int4Algo(enum.IntEnum):

@@ -82,48 +82,6 @@ static kiln_kernel_id gemm_kernel(kiln_matmul_algo algo, int wg_bn, bool wg_pair
   return (kiln_kernel_id)(base + (a_k ? 0 : 2) + (b_k ? 0 : 1));
 }
 
-/* A TMA descriptor for one operand: dimension 0 is the operand's contiguous one, dimension 1 the
- * other, dimension 2 the batch (absent when the operand broadcasts). The box is 64 elements (128
- * bytes, the swizzle width) along dimension 0 and box_outer along dimension 1. */
-static kiln_status encode_operand_map(const kiln_context *ctx, const char *op, const char *name, const kiln_matrix *m,
-                                      uint32_t box_outer, kiln_tensor_map *map) {
-  const bool cols_contiguous = m->cs == 1;
-  uint64_t dims[3] = {(uint64_t)(cols_contiguous ? m->cols : m->rows), (uint64_t)(cols_contiguous ? m->rows : m->cols),
-                      (uint64_t)m->batch};
-  uint64_t strides[2] = {(uint64_t)(kiln_matrix_ld(m) * (int64_t)m->elem), (uint64_t)(m->bs * (int64_t)m->elem)};
-  /* TMA wants every stride a multiple of 16 bytes, even one over a dimension of size 1, which
-   * addresses nothing (kiln_matrix_aligned16 does not check those): round it up. */
-  strides[0] = (strides[0] + 15) & ~15ull;
-  strides[1] = (strides[1] + 15) & ~15ull;
-  const uint32_t rank = m->bs != 0 ? 3 : 2;
-  const uint32_t box[3] = {64, box_outer, 1}, unit[3] = {1, 1, 1};
-  if (strides[0] >= (1ull << 40) || strides[1] >= (1ull << 40) || dims[0] > UINT32_MAX || dims[1] > UINT32_MAX)
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: algo WGMMA: %s's strides (%" PRIu64 " and %" PRIu64 " bytes) exceed what TMA addresses "
-                     "(2^40); use KILN_MATMUL_CP_ASYNC or AUTO",
-                     op, name, strides[0], strides[1]);
-  CUresult r = ctx->cu->cuTensorMapEncodeTiled(
-      map, KILN_IS_BF16(m->dtype) ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, rank, m->data,
-      dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
-}
-
-/* WGMMA's tile width for a product: the widest whose 128-row tiles still give enough blocks.
- * 128 x 256 tiles load the fewest bytes per FLOP, but at 1024^3 they are 32 blocks for 132 SMs;
- * 128 x 64 tiles make it 128. "Enough" is half the SMs, or a fifth when M <= 64: then the A
- * tile is mostly TMA's out-of-bounds fill and each block's time is its stream of B, so wider
- * tiles (less fill per byte of B) win as long as some 27 blocks share the stream (H200:
- * 1 x 4096 x 4096 runs in 27 us at width 128 against 33 at 64; 16 x 12288 x 4096 in 47 us at
- * 256 against 51 at 128). docs/performance.md has the measurements. */
-static int wgmma_tile_n(int64_t m, int64_t n, int64_t batch, int sms) {
-  const int64_t rows = (m + KILN_GEMM_WG_BM - 1) / KILN_GEMM_WG_BM * batch;
-  const int64_t need = m <= 64 ? (sms + 4) / 5 : (sms + 1) / 2;
-  if (rows * ((n + 255) / 256) >= need) return 256;
-  if (rows * ((n + 127) / 128) >= need) return 128;
-  return 64;
-}
-
 /* C = alpha·A·B + beta·C over `batch` matrices (views already validated, batch strides 0 where
  * an operand broadcasts). With reduce_batch, C is one matrix and receives the sum over the batch
  * (launched batch by batch with beta = 1 after the first, a fixed order: deterministic).
@@ -152,11 +110,7 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
   }
   const bool a_k = A.cs == 1, b_k = B.rs == 1;
   const bool aligned = kiln_matrix_aligned16(&A) && kiln_matrix_aligned16(&B);
-  /* TMA descriptors take every stride as given, also one over a dimension of size 1 (whose
-   * normalized value is the other extent): WGMMA wants those 16-byte multiples too. Products
-   * with such an operand (e.g. a gradient with N = 1) were wrong through TMA on the H200. */
-  const bool tma_ok = aligned && (kiln_matrix_ld(&A) * (int64_t)A.elem) % 16 == 0 &&
-                      (kiln_matrix_ld(&B) * (int64_t)B.elem) % 16 == 0;
+  const bool tma_ok = kiln_wgmma_operand_ok(&A) && kiln_wgmma_operand_ok(&B);
   /* AUTO: WGMMA on Hopper, then CP_ASYNC, then MMA_SYNC (any alignment); docs/performance.md
    * has the measurements behind the order. */
   if (algo == KILN_MATMUL_AUTO)
@@ -177,7 +131,7 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
 
   const bool cpa = algo == KILN_MATMUL_CP_ASYNC, wg = algo == KILN_MATMUL_WGMMA;
   const int bm = wg ? KILN_GEMM_WG_BM : cpa ? KILN_GEMM_CPA_BM : KILN_GEMM_MMA_BM;
-  const int wg_bn = wg ? (tile_n ? tile_n : wgmma_tile_n(A.rows, B.cols, batch, ctx->info.sm_count)) : 0;
+  const int wg_bn = wg ? (tile_n ? tile_n : kiln_wgmma_tile_n(A.rows, B.cols, batch, ctx->info.sm_count)) : 0;
   const int bn = wg ? wg_bn : cpa ? KILN_GEMM_CPA_BN : KILN_GEMM_MMA_BN;
   const int stages = cpa ? KILN_GEMM_CPA_STAGES : KILN_GEMM_MMA_STAGES;
   const int bk = cpa ? KILN_GEMM_CPA_BK : KILN_GEMM_MMA_BK;
@@ -203,20 +157,8 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
   const bool wg_pair = wg && wg_bn == 256 && tiles_m >= 2 && ctx->wg_pair_clusters > 0 && KILN_WGMMA_PAIRS;
   const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, wg_pair, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
   if (wg) {
-    kiln_tensor_map map_a, map_b;
-    kiln_status st;
-    /* a k-major B box covers the tile's columns, or with a pair the half each CTA loads */
-    const uint32_t b_box = b_k ? (uint32_t)(wg_pair ? wg_bn / 2 : wg_bn) : 64;
-    if ((st = encode_operand_map(ctx, op, "A", &A, a_k ? KILN_GEMM_WG_BM : 64, &map_a)) ||
-        (st = encode_operand_map(ctx, op, "B", &B, b_box, &map_b)))
-      return st;
-    void *params[] = {&args, &map_a, &map_b};
-    /* persistent grid: one block (or pair) per work item up to what is resident at once */
     const int64_t items = wg_pair ? (tiles_m + 1) / 2 * (tiles / tiles_m) * batch : tiles * batch;
-    const int64_t slots = wg_pair ? ctx->wg_pair_clusters : (ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
-    const int64_t grid = (items < slots ? items : slots) * (wg_pair ? 2 : 1);
-    return kiln_launch(ctx, kernel, (unsigned)grid, 1, 1, KILN_GEMM_WG_THREADS, KILN_GEMM_WG_SMEM_BYTES(wg_bn), stream,
-                       params, op);
+    return kiln_wgmma_launch(ctx, op, kernel, &A, &B, wg_bn, wg_pair, items, &args, stream);
   }
   const unsigned smem = (unsigned)KILN_GEMM_SMEM_BYTES(stages, bm, bn, bk, a_k, b_k);
   void *params[] = {&args};

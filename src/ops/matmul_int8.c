@@ -90,9 +90,15 @@ kiln_status kiln_matmul_int8(kiln_context *ctx, const DLTensor *a, const DLTenso
   kiln_status st = kiln_check_context(ctx, op);
   if (st) return st;
   const kiln_matmul_int8_opts o = opts ? *opts : kiln_matmul_int8_opts_default();
-  if (o.algo != KILN_INT8_AUTO)
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: opts->algo is %d; expected KILN_INT8_AUTO (the only int8 algo)",
-                     op, (int)o.algo);
+  if (o.algo != KILN_INT8_AUTO && o.algo != KILN_INT8_MMA_SYNC && o.algo != KILN_INT8_WGMMA)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: opts->algo is %d; expected KILN_INT8_AUTO, KILN_INT8_MMA_SYNC or KILN_INT8_WGMMA", op,
+                     (int)o.algo);
+  if (o.algo != KILN_INT8_AUTO && ctx->device_type == kDLCPU)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: opts->algo %s is a GPU kernel but the context is the CPU's; use KILN_INT8_AUTO for CPU "
+                     "tensors",
+                     op, o.algo == KILN_INT8_WGMMA ? "KILN_INT8_WGMMA" : "KILN_INT8_MMA_SYNC");
   if (!isfinite(o.scale))
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
                      "%s: opts->scale is %g; expected a finite float (kiln_matmul_int8_opts_default() sets 1)", op,
@@ -151,7 +157,7 @@ kiln_status kiln_matmul_int8(kiln_context *ctx, const DLTensor *a, const DLTenso
   if (ctx->device_type == kDLCPU) return kiln_cpu_matmul_int8(op, &args);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
-  st = kiln_matmul_int8_gpu(ctx, op, &args, stream);
+  st = kiln_matmul_int8_gpu(ctx, op, &args, o.algo, stream);
   kiln_ctx_leave(ctx, &scope);
   return st;
 }

@@ -1,13 +1,17 @@
 /*
- * matmul_int8_gpu.c — kiln_matmul_int8's GPU side: choose an int8 kernel
- * (kernels/gemm_int8_sm80.cu) and launch it on the caller's stream. No allocation, no sync.
+ * matmul_int8_gpu.c — kiln_matmul_int8's GPU side: choose an int8 kernel and launch it on the
+ * caller's stream. No allocation, no sync.
  *
- * Choice (AUTO, the only int8 algo):
- *   cpasync_i8_kk   A and B k-major (x @ W.T with a Linear weight), 16-byte aligned rows, and
- *                   the device grants the 162 KB of shared memory of its 3-stage ring;
- *   mma_i8_<layout> register-staged 16-byte vector loads, any layout (an m-major A or n-major
- *                   B is transposed on its way to shared memory);
- *   mma_i8_<layout>_scalar  element loads, for rows that are not 16-byte aligned.
+ * Kernels (algo):
+ *   WGMMA     kernels/gemm_int8_sm90.cu, sm_90 only: wgmma m64nNk32 fed by TMA, A and B k-major
+ *             (x @ W.T with a Linear weight) with 16-byte aligned data, leading dimensions and
+ *             batch strides; tile width 256 / 128 / 64 per problem (kiln_wgmma_tile_n).
+ *   MMA_SYNC  kernels/gemm_int8_sm80.cu, sm_80+: cpasync_i8_kk for k-major, 16-byte aligned A and
+ *             B when the device grants the 162 KB of its 3-stage ring; else mma_i8_<layout>
+ *             (register-staged 16-byte loads, an m-major A or n-major B transposed on its way to
+ *             shared memory) or mma_i8_<layout>_scalar (element loads, unaligned rows).
+ *   AUTO      WGMMA where it applies, else MMA_SYNC: at 4096^3 on the H200 docs/performance.md
+ *             has both. Both give the same bits (exact int32 sums, one epilogue).
  * A column-major C is computed as Cᵀ = Bᵀ·Aᵀ (the kernels write rows), with `transposed` set so
  * that the scales are still applied row before column, bit for bit as the CPU path.
  */
@@ -28,7 +32,31 @@ static bool aligned16(const int8_t *data, int64_t rs, int64_t cs, int64_t bs, in
   return (uintptr_t)data % 16 == 0 && (outer <= 1 || ld % 16 == 0) && bs % 16 == 0;
 }
 
-kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const kiln_int8_args *in, CUstream stream) {
+/* The operands as kiln_matrix views (1-byte elements) for the WGMMA host helpers. */
+static kiln_matrix int8_view(const int8_t *data, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t bs,
+                             int64_t batch) {
+  const kiln_matrix m = {.data = (char *)(uintptr_t)data, .dtype = {kDLInt, 8, 1}, .elem = 1,
+                         .batch = bs != 0 ? batch : 1, .rows = rows, .cols = cols, .bs = bs, .rs = rs, .cs = cs};
+  return m;
+}
+
+/* Why WGMMA cannot run this product, or NULL when it can. */
+static const char *wgmma_refusal(const kiln_context *ctx, bool a_k, bool b_k, const kiln_matrix *A,
+                                 const kiln_matrix *B) {
+  if (ctx->arch != 90) return "it needs an sm_90 GPU (Hopper: H100, H200)";
+  if (!a_k || !b_k)
+    return "wgmma reads 8-bit operands k-major only: A must be row-major and B column-major (a Linear weight W "
+           "[N,K] passed as W.T), after a column-major C is taken as Cᵀ = Bᵀ·Aᵀ";
+  if (!kiln_wgmma_operand_ok(A) || !kiln_wgmma_operand_ok(B))
+    return "TMA needs A's and B's data pointers, leading dimensions (also over a dimension of size 1) and batch "
+           "strides in multiples of 16 bytes";
+  if (ctx->info.smem_per_block_optin < (size_t)KILN_GEMM_WG_SMEM_BYTES(64))
+    return "the device grants too little shared memory per block for its TMA ring";
+  return NULL;
+}
+
+kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const kiln_int8_args *in, int algo,
+                                 CUstream stream) {
   if (ctx->arch < INT8_MIN_ARCH)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
                      "%s: the int8 kernel needs int8 tensor cores with mma.sync m16n8k32 (compute capability 8.0 or "
@@ -54,6 +82,29 @@ kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const 
     p.transposed = 1;
   }
   const bool a_k = p.a_cs == 1, b_k = p.b_rs == 1;
+
+  const kiln_matrix A = int8_view(p.a, p.m, p.k, p.a_rs, p.a_cs, p.a_bs, p.batch);
+  const kiln_matrix B = int8_view(p.b, p.k, p.n, p.b_rs, p.b_cs, p.b_bs, p.batch);
+  const char *no_wgmma = wgmma_refusal(ctx, a_k, b_k, &A, &B);
+  if (algo == KILN_INT8_WGMMA && no_wgmma)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED, "%s: algo KILN_INT8_WGMMA on %s (sm_%d): %s; use KILN_INT8_AUTO or _MMA_SYNC",
+                     op, ctx->info.name, ctx->arch, no_wgmma);
+  if (algo == KILN_INT8_AUTO) algo = no_wgmma ? KILN_INT8_MMA_SYNC : KILN_INT8_WGMMA;
+  if (algo == KILN_INT8_WGMMA) {
+    const int bn = kiln_wgmma_tile_n(p.m, p.n, p.batch, ctx->info.sm_count);
+    const int64_t items = (((int64_t)p.m + KILN_GEMM_WG_BM - 1) / KILN_GEMM_WG_BM) * (((int64_t)p.n + bn - 1) / bn) *
+                          p.batch;
+    if (items > INT32_MAX) /* the persistent grid walks tiles of every batch with a 32-bit index */
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                       "%s: C is [%d, %d] x batch %d, %" PRId64 " tiles of %dx%d, more than a grid holds (2^31-1); "
+                       "split the product",
+                       op, in->m, in->n, p.batch, items, KILN_GEMM_WG_BM, bn);
+    const kiln_kernel_id kernel = bn == 256   ? KILN_K_GEMM_wgmma256_i8_KK
+                                  : bn == 128 ? KILN_K_GEMM_wgmma128_i8_KK
+                                              : KILN_K_GEMM_wgmma64_i8_KK;
+    return kiln_wgmma_launch(ctx, op, kernel, &A, &B, bn, false, items, &p, stream);
+  }
+
   const bool aligned = aligned16(p.a, p.a_rs, p.a_cs, p.a_bs, p.m, p.k) && aligned16(p.b, p.b_rs, p.b_cs, p.b_bs, p.k, p.n);
   const size_t cpa_smem = (size_t)KILN_GEMM_I8_SMEM_BYTES(KILN_GEMM_I8_CPA_STAGES, KILN_GEMM_I8_CPA_BK);
   const size_t mma_smem = (size_t)KILN_GEMM_I8_SMEM_BYTES(2, KILN_GEMM_I8_MMA_BK);

@@ -34,8 +34,22 @@ kiln_status kiln_cast_prepare(const kiln_context *ctx, const char *op, const DLT
 kiln_status kiln_cast_run(const kiln_context *ctx, const kiln_cast_args *args, CUstream stream, const char *op);
 
 /* W8A8 on the GPU (src/ops/matmul_int8_gpu.c): args validated by src/ops/matmul_int8.c, the
- * context entered; UNSUPPORTED with a message for what no kernel handles. */
-kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const kiln_int8_args *args, CUstream stream);
+ * context entered, algo a kiln_int8_algo; UNSUPPORTED with a message for what no kernel handles
+ * (or what the explicit algo cannot do). */
+kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const kiln_int8_args *args, int algo,
+                                 CUstream stream);
+
+/* The host half of the sm_90a WGMMA kernels (src/ops/wgmma.c), for kiln_matmul and
+ * kiln_matmul_int8. An operand TMA can load: 16-byte aligned data, leading dimension and batch
+ * stride (the leading dimension also over a dimension of size 1). */
+bool kiln_wgmma_operand_ok(const kiln_matrix *m);
+/* The tile width (256, 128 or 64) for an M x N product over `batch` on `sms` SMs. */
+int kiln_wgmma_tile_n(int64_t m, int64_t n, int64_t batch, int sms);
+/* Encodes A's and B's TMA descriptors (boxes for tile width bn, halves of B with a 2-CTA pair)
+ * and launches `kernel` with (args, map_a, map_b) on a persistent grid of min(items, resident
+ * blocks or pairs). The caller has entered the context. */
+kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kernel_id kernel, const kiln_matrix *A,
+                              const kiln_matrix *B, int bn, bool pair, int64_t items, void *args, CUstream stream);
 
 /* Attention on the GPU (src/ops/attention_gpu.c): args validated by src/ops/attention.c, the
  * context entered. algo is AUTO, SMEM or FLASH. Fail with UNSUPPORTED (and a message naming

@@ -24,6 +24,7 @@ const char bench_int8_usage[] =
     "  C[M,N] = A[M,K]·W[N,K]^T (int8, K contiguous in both): kiln_matmul_int8 against\n"
     "  cublasGemmEx int8 -> int32 (IMMA). kiln's f32 output must equal cuBLAS's sums exactly.\n"
     "  --out f32|f16|bf16|all    kiln's output dtype (default f32)\n"
+    "  --algo auto|mma_sync|wgmma|all  kiln's kernels (default all: MMA_SYNC, and WGMMA on sm_90)\n"
     "  --shapes square|llm|all   (default all)\n"
     "                   square: M=N=K in 1024, 2048, 4096, 8192 (--quick: 4096)\n"
     "                   llm: M in 16, 128, 2048 (--quick: 2048) x (K,N) in (4096,4096)\n"
@@ -37,6 +38,8 @@ typedef struct shape {
 typedef struct int8_opts {
   bench_dtype outs[3];
   int n_outs;
+  kiln_int8_algo algos[2];
+  int n_algos; /* 0: all the device runs */
   int square, llm;
   shape custom[16];
   int n_custom;
@@ -57,12 +60,16 @@ typedef struct kiln_call {
   const operands *x;
   int64_t a_shape[2], a_strides[2], b_shape[2], b_strides[2], c_shape[2], c_strides[2];
   DLTensor a, b, c;
+  kiln_matmul_int8_opts opts;
   kiln_status st;
 } kiln_call;
 
-static void kiln_call_init(kiln_call *kc, bench_env *env, const operands *x, CUdeviceptr c, bench_dtype out) {
+static void kiln_call_init(kiln_call *kc, bench_env *env, const operands *x, CUdeviceptr c, bench_dtype out,
+                           kiln_int8_algo algo) {
   memset(kc, 0, sizeof *kc);
   kc->env = env;
+  kc->opts = kiln_matmul_int8_opts_default();
+  kc->opts.algo = algo;
   kc->x = x;
   DLDevice dev = {kDLCUDA, env->info.ordinal};
   const DLDataType i8 = {kDLInt, 8, 1};
@@ -80,7 +87,7 @@ static int kiln_call_fn(void *user, int iter) {
   size_t i = (size_t)(iter % x->rot);
   kc->a.data = (void *)(uintptr_t)(x->a + i * x->a_stride);
   kc->b.data = (void *)(uintptr_t)(x->w + i * x->w_stride);
-  kc->st = kiln_matmul_int8(kc->env->ctx, &kc->a, &kc->b, &kc->c, NULL, kc->env->stream);
+  kc->st = kiln_matmul_int8(kc->env->ctx, &kc->a, &kc->b, &kc->c, &kc->opts, kc->env->stream);
   return kc->st != KILN_OK;
 }
 
@@ -137,6 +144,10 @@ static int64_t mismatches(bench_env *env, CUdeviceptr ck, CUdeviceptr cp, size_t
   return bad;
 }
 
+static const char *algo_name(kiln_int8_algo a) {
+  return a == KILN_INT8_WGMMA ? "wgmma" : a == KILN_INT8_MMA_SYNC ? "mma_sync" : "auto";
+}
+
 static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb, shape s) {
   const kiln_cuda_api *cu = env->cu;
   operands x = {.m = s.m, .n = s.n, .k = s.k};
@@ -182,18 +193,24 @@ static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb,
       peer_ok = 1;
   }
 
-  for (int oi = 0; oi < o->n_outs; oi++) {
-    const bench_dtype out = o->outs[oi];
+  /* all: MMA_SYNC, and WGMMA where the device is sm_90 */
+  const bool hopper = env->info.cc_major == 9 && env->info.cc_minor == 0;
+  const kiln_int8_algo all[2] = {KILN_INT8_MMA_SYNC, KILN_INT8_WGMMA};
+  const kiln_int8_algo *algos = o->n_algos ? o->algos : all;
+  const int n_algos = o->n_algos ? o->n_algos : hopper ? 2 : 1;
+  for (int run = 0; run < o->n_outs * n_algos; run++) {
+    const bench_dtype out = o->outs[run / n_algos];
+    const kiln_int8_algo algo = algos[run % n_algos];
     char dtype_s[24];
     snprintf(dtype_s, sizeof dtype_s, "i8->%s", bench_dtype_name(out));
     bench_row row;
-    bench_row_init(&row, "int8", shape_s, dtype_s, "auto", BENCH_TFLOPS, ops);
+    bench_row_init(&row, "int8", shape_s, dtype_s, algo_name(algo), BENCH_TFLOPS, ops);
     if (peer_ok) {
       snprintf(row.peer, sizeof row.peer, "cublas%s%s", cb->version[0] ? " " : "", cb->version);
       row.peer_t = pt;
     }
     kiln_call kc;
-    kiln_call_init(&kc, env, &x, ck, out);
+    kiln_call_init(&kc, env, &x, ck, out, algo);
     if (kiln_call_fn(&kc, 0)) {
       fprintf(stderr, "kiln-bench: kiln_matmul_int8 %s %s: %s: %s\n", shape_s, dtype_s, kiln_status_string(kc.st),
               kiln_last_error());
@@ -261,6 +278,18 @@ static int parse(int argc, char **argv, int8_opts *o) {
         o->outs[0] = dt;
         o->n_outs = 1;
       } else
+        return bad_value(a, v);
+    } else if (!strcmp(a, "--algo")) {
+      o->n_algos = 1;
+      if (v && !strcmp(v, "all"))
+        o->n_algos = 0;
+      else if (v && !strcmp(v, "auto"))
+        o->algos[0] = KILN_INT8_AUTO;
+      else if (v && !strcmp(v, "mma_sync"))
+        o->algos[0] = KILN_INT8_MMA_SYNC;
+      else if (v && !strcmp(v, "wgmma"))
+        o->algos[0] = KILN_INT8_WGMMA;
+      else
         return bad_value(a, v);
     } else if (!strcmp(a, "--shape")) {
       long long m = 0, n = 0, k = 0;

@@ -1,0 +1,314 @@
+/*
+ * gemm_sm90.cuh — the WGMMA block for Hopper (sm_90a), one template for kiln_matmul's f16/bf16
+ * kernels (gemm_sm90.cu: C = alpha·A·B + beta·C) and kiln_matmul_int8's s8 kernels
+ * (gemm_int8_sm90.cu). What the operand type changes lives in a small trait (WgmmaF16, WgmmaS8):
+ * the element size, the accumulator, the MMA of one 32-byte k step and the epilogue. Tiles are
+ * counted in bytes along K (128-byte rows, the swizzle width: 64 f16 or 128 int8 of K), so the
+ * ring, the TMA boxes and the descriptors are the same for every type.
+ *
+ * Why a different kernel: on Hopper mma.sync reaches only ~60 % of the tensor cores. Warpgroup
+ * MMA reads both operands straight from shared memory (no ldmatrix, no fragments in registers)
+ * and the TMA engine copies whole tiles with one instruction, so one thread feeds the block.
+ *
+ * Structure (one block = 3 warpgroups, a 128 x BN tile of C, 128 bytes of K per slice, a ring of
+ * STAGES slices):
+ *   warpgroup 0   producer: one thread issues TMA tile copies into stage s once the consumers
+ *                 released it (mbarrier `empty[s]`); the copies complete on `full[s]`.
+ *   warpgroups 1-2 consumers: each owns 64 rows; waits on `full[s]`, issues 4 wgmma m64nBNk16
+ *                 (f16: K = 64) or m64nBNk32 (int8: K = 128) and releases stage s-1 as soon as its wgmmas have retired (wait_group 1,
+ *                 so one stage of MMAs is always in flight).
+ * setmaxnreg moves registers from the producer (40) to the consumers (232): a 64 x 256 fp32
+ * accumulator alone is 128 registers per thread.
+ *
+ * Persistent grid: min(tiles, SMs) blocks walk the tiles (all batches) in the L2-friendly order
+ * of tile_coords, block b taking tiles b, b + grid, ... The producer runs ahead into the next
+ * tile while the consumers store the last one, so a tile's first slices are already loaded
+ * when its MMAs start.
+ *
+ * Clusters (CLUSTER = 2, built only with KILN_WGMMA_PAIRS=1): two CTAs on vertically adjacent
+ * 128 x 256 tiles share their B tile; each loads one half with TMA multicast into both CTAs'
+ * shared memory, so L2 -> SM traffic per FLOP drops by a third. A stage is refilled only once
+ * the consumers of both CTAs released it (their arrives go to both producers' `empty`). On the
+ * H200 this measured 7 % slower than single CTAs at 4096^3 and equal at 2048^3: L2 bandwidth
+ * is not what limits this kernel, and the pair runs in lock step. Off by default.
+ *
+ * Tile width BN (256, 128 or 64) is chosen per problem by the host: 128 x 256 tiles move the
+ * fewest bytes per FLOP, but a 1024^3 product has only 32 of them for 132 SMs. Narrower tiles
+ * get more stages (the ring stays ~192 KB) to keep as many bytes in flight.
+ *
+ * Layouts: TMA boxes are 128 bytes wide with the 128-byte swizzle, the layout wgmma reads.
+ * A k-major operand (K contiguous) is one box of [rows][128 bytes of k]; an m/n-major one is boxes of
+ * [64 k][64 mn] side by side and read with the transpose flag. Edges: TMA fills out-of-bounds
+ * elements with zeros (M, N and the K tail), and the epilogue predicates every store.
+ * int8 wgmma has no transpose for 8-bit operands: the s8 kernels exist for k-major A and B only.
+ */
+#pragma once
+#include <cuda.h>
+
+#include "gemm_int8.cuh" /* store_c, StoreInt8, tile_coords: the epilogues of the sm_80 kernels */
+#include "wgmma.cuh"
+
+namespace kiln {
+namespace sm90 {
+
+constexpr int BM = KILN_GEMM_WG_BM, ROW = 128; /* bytes of K in one tile row: the swizzle width */
+[[maybe_unused]] constexpr int CONSUMERS = BM / 64;
+[[maybe_unused]] constexpr int BOX_BYTES = 64 * ROW; /* one [64 k][64 mn] box of an m/n-major f16 operand */
+static_assert(KILN_GEMM_WG_BK * 2 == ROW, "kiln_abi.h sizes the ring with 64 f16 of K per row");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+KILN_DEVICE void mbar_init(uint64_t *bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+KILN_DEVICE void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes));
+}
+KILN_DEVICE void mbar_arrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)));
+}
+KILN_DEVICE void mbar_wait(uint64_t *bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity));
+}
+/* TMA tile copy of the box at coordinates (c0 innermost, c1[, c2]) into shared memory. */
+KILN_DEVICE void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2, bool three_d) {
+  if (three_d)
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::
+            "r"(smem_u32(dst)),
+        "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+  else
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+            smem_u32(dst)),
+        "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+        : "memory");
+}
+/* The same copy multicast to the CTAs of the cluster in cta_mask: each receives the box at the
+ * same shared-memory offset and its own mbarrier (same offset) is credited with the bytes. */
+KILN_DEVICE void tma_load_multicast(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2,
+                                    bool three_d, uint16_t cta_mask) {
+  if (three_d)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(smem_u32(dst)),
+                 "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_u32(dst)),
+                 "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+                 : "memory");
+}
+/* Arrive on the mbarrier at the same offset as `bar` in cluster CTA `rank`. Default (.cta)
+ * release semantics: what the arrive publishes is "this CTA's wgmmas have finished reading the
+ * stage", already ordered by wgmma.wait_group; a .release.cluster arrive made the pair kernel
+ * 1.5x slower than the unpaired one (H200, 2026-12-02). */
+KILN_DEVICE void mbar_arrive_remote(uint64_t *bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+      "r"(rank)
+      : "memory");
+}
+KILN_DEVICE uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+/* Every thread of every CTA of the cluster (not .aligned: the producer warp arrives diverged). */
+KILN_DEVICE void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+/* A consumer gives stage `empty` back: to its own producer, and with a cluster to the peer's too,
+ * whose multicast writes into this CTA's copy of the stage. */
+template <int CLUSTER>
+KILN_DEVICE void release(uint64_t *empty, uint32_t rank) {
+  mbar_arrive(empty);
+  if (CLUSTER > 1) mbar_arrive_remote(empty, rank ^ 1);
+}
+/* A shared-memory matrix descriptor for the 128-byte swizzle: start address, leading and stride
+ * byte offsets, all in 16-byte units. K-major: SBO = 1024 (8 rows of 128 B), LBO unused.
+ * M/N-major: LBO = bytes between 64-element blocks along M/N, SBO = 1024 (8 k-rows). */
+KILN_DEVICE uint64_t smem_desc(const void *p, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((smem_u32(p) & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 |
+         1ull << 62;
+}
+KILN_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+KILN_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+KILN_DEVICE void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+#endif
+
+/* f16 / bf16 in, f32 accumulators, C = alpha·acc + beta·C (kiln_matmul). */
+template <bool BF16>
+struct WgmmaF16 {
+  using Args = kiln_gemm_args;
+  using Acc = float;
+  static constexpr int ELEM = 2;
+  static KILN_DEVICE int group_m(const Args &p) { return p.group_m; }
+  /* one k16 step (32 bytes of K) of a 64 x BN tile; m/n-major operands with the transpose flag */
+  template <int BN, bool A_K, bool B_K>
+  static KILN_DEVICE void mma(Acc (&d)[BN / 2], uint64_t da, uint64_t db) {
+    wgmma_m64k16<BN, BF16, A_K ? 0 : 1, B_K ? 0 : 1>(d, da, db);
+  }
+  template <int BN>
+  static KILN_DEVICE void store(Acc (&d)[BN / 2], const Args &p, void *c, int row0, int col0, int lane) {
+    store_c<1, BN / 8>(*reinterpret_cast<float(*)[1][BN / 8][4]>(d), p, c, row0, col0, lane);
+  }
+};
+
+/* int8 in (both k-major), s32 accumulators wrapping modulo 2^32, C = float(acc) times the
+ * scales (kiln_matmul_int8): gemm_int8.cuh's epilogue, bit for bit the IMMA kernels' result. */
+struct WgmmaS8 {
+  using Args = kiln_int8_args;
+  using Acc = int32_t;
+  static constexpr int ELEM = 1;
+  static KILN_DEVICE int group_m(const Args &) { return KILN_GEMM_I8_GROUP_M; }
+  /* one k32 step (32 bytes of K) */
+  template <int BN, bool A_K, bool B_K>
+  static KILN_DEVICE void mma(Acc (&d)[BN / 2], uint64_t da, uint64_t db) {
+    static_assert(A_K && B_K, "wgmma has no transpose for 8-bit operands");
+    wgmma_s8_m64k32<BN>(d, da, db);
+  }
+  template <int BN>
+  static KILN_DEVICE void store(Acc (&d)[BN / 2], const Args &p, void *c, int row0, int col0, int lane) {
+    StoreInt8::store<1, BN / 8>(*reinterpret_cast<int32_t(*)[1][BN / 8][4]>(d), p, c, row0, col0, lane);
+  }
+};
+
+template <class T, bool A_K, bool B_K, int BN, int CLUSTER>
+__device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMap *map_a, const CUtensorMap *map_b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int STAGES = KILN_GEMM_WG_STAGES(BN), BK = ROW / T::ELEM; /* K elements per slice */
+  static_assert(CLUSTER == 1 || (CLUSTER == 2 && BN >= 128), "a cluster pair splits B in halves of 64+ columns");
+  constexpr int A_BYTES = BM * ROW, B_BYTES = BN * ROW, STAGE_BYTES = A_BYTES + B_BYTES;
+  static_assert(BN == 256 || BN == 128 || BN == 64, "wgmma.cuh has widths 256, 128, 64");
+  static_assert(KILN_GEMM_WG_SMEM_BYTES(BN) >= STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8, "smem budget");
+  extern __shared__ uint8_t smem_raw[];
+  /* The 128-byte swizzle repeats every 1024 bytes: tiles start on 1024-byte boundaries. */
+  uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES), *empty = full + STAGES;
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int nk = (p.k + BK - 1) / BK;
+  /* Work items: one tile, or with CLUSTER = 2 a pair of vertically adjacent tiles (same n0) that
+   * the two CTAs of a cluster compute together, each loading half of the shared B tile and
+   * multicasting it to both. With an odd number of tile rows the last pair's second tile lies
+   * below the matrix: TMA fills it with zeros and its stores are all predicated off. */
+  const int rank = CLUSTER > 1 ? (int)cluster_ctarank() : 0;
+  const int items = ((p.m + BM * CLUSTER - 1) / (BM * CLUSTER)) * ((p.n + BN - 1) / BN), total = items * p.batch;
+  const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], CONSUMERS * CLUSTER); /* a stage is refilled once every consumer of the cluster is done */
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if (CLUSTER > 1)
+    cluster_sync(); /* the peer's barriers are initialized before any multicast or remote arrive */
+  else
+    __syncthreads();
+
+  /* Both roles walk the same (tile, k slice) sequence; `it` counts slices across tiles, so
+   * stage it % STAGES and its barrier phase (it / STAGES) & 1 match on both sides. */
+  if (wg == 0) { /* producer */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (t == 0) {
+      int it = 0;
+      const bool a3 = p.a_bs != 0, b3 = p.b_bs != 0;
+      for (int item = first; item < total; item += step) {
+        int tm, tn;
+        const int b = item / items;
+        tile_coords(p.m, p.n, T::group_m(p), item % items, BM * CLUSTER, BN, tm, tn);
+        const int m0 = (tm * CLUSTER + rank) * BM, n0 = tn * BN;
+        for (int kt = 0; kt < nk; kt++, it++) {
+          const int s = it % STAGES, k0 = kt * BK;
+          mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+          mbar_expect_tx(&full[s], STAGE_BYTES);
+          uint8_t *sa = smem + s * STAGE_BYTES, *sb = sa + A_BYTES;
+          if (A_K)
+            tma_load(sa, map_a, &full[s], k0, m0, b, a3);
+          else
+            for (int w = 0; w < BM / 64; w++) tma_load(sa + w * BOX_BYTES, map_a, &full[s], m0 + 64 * w, k0, b, a3);
+          if (CLUSTER == 1) {
+            if (B_K)
+              tma_load(sb, map_b, &full[s], k0, n0, b, b3);
+            else
+              for (int j = 0; j < BN / 64; j++) tma_load(sb + j * BOX_BYTES, map_b, &full[s], n0 + 64 * j, k0, b, b3);
+          } else { /* this CTA's half of B (rows or 64-column boxes), to both CTAs */
+            constexpr int HALF = BN / 2;
+            if (B_K)
+              tma_load_multicast(sb + rank * HALF * 128, map_b, &full[s], k0, n0 + rank * HALF, b, b3, 0x3);
+            else
+              for (int j = rank * HALF / 64; j < (rank + 1) * HALF / 64; j++)
+                tma_load_multicast(sb + j * BOX_BYTES, map_b, &full[s], n0 + 64 * j, k0, b, b3, 0x3);
+          }
+        }
+      }
+    }
+  } else { /* consumers */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = wg - 1, warp = t / 32, lane = t % 32;
+    typename T::Acc d[BN / 2];
+    int it = 0;
+    for (int item = first; item < total; item += step) {
+      int tm, tn;
+      const int b = item / items;
+      tile_coords(p.m, p.n, T::group_m(p), item % items, BM * CLUSTER, BN, tm, tn);
+      tm = tm * CLUSTER + rank;
+#pragma unroll
+      for (int i = 0; i < BN / 2; i++) d[i] = 0;
+      for (int kt = 0; kt < nk; kt++, it++) {
+        const int s = it % STAGES;
+        mbar_wait(&full[s], (it / STAGES) & 1);
+        const uint8_t *sa = smem + s * STAGE_BYTES + cw * (A_K ? 64 * 128 : BOX_BYTES), *sb = smem + s * STAGE_BYTES + A_BYTES;
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < ROW / 32; ks++) {
+          /* 32 bytes of K: +32 bytes inside a k-major 128-byte row, or +16 rows (2048 bytes) of an m/n-major box */
+          const uint64_t da = A_K ? smem_desc(sa + 32 * ks, 16, 1024) : smem_desc(sa + 2048 * ks, BOX_BYTES, 1024);
+          const uint64_t db = B_K ? smem_desc(sb + 32 * ks, 16, 1024) : smem_desc(sb + 2048 * ks, BOX_BYTES, 1024);
+          T::template mma<BN, A_K, B_K>(d, da, db);
+        }
+        wgmma_commit();
+        wgmma_wait<1>(); /* the previous stage's wgmmas have retired: give its buffers back */
+        if (kt > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
+      }
+      wgmma_wait<0>();
+      if (nk > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
+      void *C = (char *)p.c + b * p.c_bs * (p.c_dtype == KILN_DT_F32 ? 4 : 2);
+      T::template store<BN>(d, p, C, tm * BM + 64 * cw + 16 * warp, tn * BN, lane);
+    }
+  }
+  if (CLUSTER > 1) cluster_sync(); /* stay resident while the peer may still multicast or arrive here */
+#else
+  (void)p, (void)map_a, (void)map_b;
+  __trap(); /* the host launches these kernels only on sm_90 */
+#endif
+}
+
+} /* namespace sm90 */
+} /* namespace kiln */
+
+/* An exported kernel: trait T, whose argument struct is args_t; A / B k-major or not; tile width. */
+#define KILN_WGMMA_ENTRY(name, T, args_t, ak, bk, bn, cluster, attrs)                                           \
+  extern "C" __global__ void __launch_bounds__(KILN_GEMM_WG_THREADS, 1) attrs                                   \
+      name(const args_t args, const __grid_constant__ CUtensorMap map_a,                                        \
+           const __grid_constant__ CUtensorMap map_b) {                                                         \
+    kiln::sm90::gemm<T, ak, bk, bn, cluster>(args, &map_a, &map_b);                                             \
+  }
+#define KILN_NO_ATTRS /* an empty attribute list */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* sm_80/89 images: trap stubs, no clusters there */
+#define KILN_CLUSTER_PAIR __cluster_dims__(2, 1, 1)
+#else
+#define KILN_CLUSTER_PAIR
+#endif
+

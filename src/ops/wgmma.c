@@ -1,0 +1,80 @@
+/*
+ * wgmma.c — the host half of the WGMMA kernels (kernels/gemm_sm90.cuh), shared by kiln_matmul
+ * (f16/bf16) and kiln_matmul_int8 (s8): TMA descriptors for the operands, the tile width for a
+ * problem, and the persistent launch. The kernels read 128-byte rows of K (64 f16 or 128 int8),
+ * so everything here is in bytes and the same for both element types.
+ */
+#include <inttypes.h>
+
+#include "ops.h"
+
+/* Operands TMA can load: data pointer, leading dimension (also over a dimension of size 1,
+ * whose normalized value is the other extent: a product with such an operand, e.g. a gradient
+ * with N = 1, was wrong through TMA on the H200) and batch stride all multiples of 16 bytes. */
+bool kiln_wgmma_operand_ok(const kiln_matrix *m) {
+  const int64_t e = (int64_t)m->elem;
+  return (uintptr_t)m->data % 16 == 0 && (kiln_matrix_ld(m) * e) % 16 == 0 && (m->bs * e) % 16 == 0;
+}
+
+/* A TMA descriptor for one operand: dimension 0 is the operand's contiguous one, dimension 1 the
+ * other, dimension 2 the batch (absent when the operand broadcasts). The box is 128 bytes (the
+ * swizzle width) along dimension 0 and box_outer along dimension 1. */
+static kiln_status operand_map(const kiln_context *ctx, const char *op, const char *name, const kiln_matrix *m,
+                               uint32_t box_outer, kiln_tensor_map *map) {
+  const bool cols_contiguous = m->cs == 1;
+  uint64_t dims[3] = {(uint64_t)(cols_contiguous ? m->cols : m->rows), (uint64_t)(cols_contiguous ? m->rows : m->cols),
+                      (uint64_t)m->batch};
+  uint64_t strides[2] = {(uint64_t)(kiln_matrix_ld(m) * (int64_t)m->elem), (uint64_t)(m->bs * (int64_t)m->elem)};
+  /* TMA wants every stride a multiple of 16 bytes, even one over a dimension of size 1, which
+   * addresses nothing: round it up. */
+  strides[0] = (strides[0] + 15) & ~15ull;
+  strides[1] = (strides[1] + 15) & ~15ull;
+  const uint32_t rank = m->bs != 0 ? 3 : 2;
+  const uint32_t box[3] = {(uint32_t)(128 / m->elem), box_outer, 1}, unit[3] = {1, 1, 1};
+  if (strides[0] >= (1ull << 40) || strides[1] >= (1ull << 40) || dims[0] > UINT32_MAX || dims[1] > UINT32_MAX)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: algo WGMMA: %s's strides (%" PRIu64 " and %" PRIu64 " bytes) exceed what TMA addresses "
+                     "(2^40); use algo AUTO",
+                     op, name, strides[0], strides[1]);
+  const int type = m->elem == 1            ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                   : KILN_IS_BF16(m->dtype) ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  CUresult r = ctx->cu->cuTensorMapEncodeTiled(map, type, rank, m->data, dims, strides, box, unit,
+                                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
+}
+
+/* The widest tile whose 128-row tiles still give enough blocks. 128 x 256 tiles load the fewest
+ * bytes per FLOP, but at 1024^3 they are 32 blocks for 132 SMs; 128 x 64 tiles make it 128.
+ * "Enough" is half the SMs, or a fifth when M <= 64: then the A tile is mostly TMA's
+ * out-of-bounds fill and each block's time is its stream of B, so wider tiles (less fill per
+ * byte of B) win as long as some 27 blocks share the stream (H200: 1 x 4096 x 4096 runs in
+ * 27 us at width 128 against 33 at 64; 16 x 12288 x 4096 in 47 us at 256 against 51 at 128).
+ * docs/performance.md has the measurements. */
+int kiln_wgmma_tile_n(int64_t m, int64_t n, int64_t batch, int sms) {
+  const int64_t rows = (m + KILN_GEMM_WG_BM - 1) / KILN_GEMM_WG_BM * batch;
+  const int64_t need = m <= 64 ? (sms + 4) / 5 : (sms + 1) / 2;
+  if (rows * ((n + 255) / 256) >= need) return 256;
+  if (rows * ((n + 127) / 128) >= need) return 128;
+  return 64;
+}
+
+kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kernel_id kernel, const kiln_matrix *A,
+                              const kiln_matrix *B, int bn, bool pair, int64_t items, void *args, CUstream stream) {
+  kiln_tensor_map map_a, map_b;
+  kiln_status st;
+  const bool a_k = A->cs == 1, b_k = B->rs == 1;
+  /* a k-major operand is one box of [rows][128 bytes]; an m/n-major one boxes of [64 k][64 mn].
+   * A k-major B box covers the tile's columns, or with a pair the half each CTA loads. */
+  const uint32_t b_box = b_k ? (uint32_t)(pair ? bn / 2 : bn) : 64;
+  if ((st = operand_map(ctx, op, "A", A, a_k ? KILN_GEMM_WG_BM : 64, &map_a)) ||
+      (st = operand_map(ctx, op, "B", B, b_box, &map_b)))
+    return st;
+  void *params[] = {args, &map_a, &map_b};
+  /* persistent grid: one block (or pair) per work item up to what is resident at once */
+  const int64_t slots = pair ? ctx->wg_pair_clusters : (ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
+  const int64_t grid = (items < slots ? items : slots) * (pair ? 2 : 1);
+  return kiln_launch(ctx, kernel, (unsigned)grid, 1, 1, KILN_GEMM_WG_THREADS, KILN_GEMM_WG_SMEM_BYTES(bn), stream,
+                     params, op);
+}
