@@ -70,6 +70,7 @@ typedef struct kiln_tensor_map {
 } kiln_tensor_map;
 
 enum {
+  CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0, /* int8 operands: TMA moves bytes, the kernel reads them as s8 */
   CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
   CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
   CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
