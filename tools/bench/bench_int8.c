@@ -194,7 +194,7 @@ static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb,
   }
 
   /* all: MMA_SYNC, and WGMMA where the device is sm_90 */
-  const bool hopper = env->info.cc_major == 9 && env->info.cc_minor == 0;
+  const int hopper = env->info.cc_major == 9 && env->info.cc_minor == 0;
   const kiln_int8_algo all[2] = {KILN_INT8_MMA_SYNC, KILN_INT8_WGMMA};
   const kiln_int8_algo *algos = o->n_algos ? o->algos : all;
   const int n_algos = o->n_algos ? o->n_algos : hopper ? 2 : 1;
