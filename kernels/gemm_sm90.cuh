@@ -171,18 +171,12 @@ struct WgmmaS8 {
   using Acc = int32_t;
   static constexpr int ELEM = 1;
   static KILN_DEVICE int group_m(const Args &) { return KILN_GEMM_I8_GROUP_M; }
-  /* one k32 step (32 bytes of K). With KILN_WGMMA_I8_SPLIT a 256-wide step is two n128
-   * instructions on the two halves of d (columns 0-127, 128-255: the n256 register layout), two
-   * independent accumulator chains instead of one (experiment: scripts/int8-wgmma-probe.sh). */
+  /* one k32 step (32 bytes of K). Two n128 instructions per 256-wide step (two accumulator
+   * chains instead of one) measured the same on the H200 (docs/performance.md). */
   template <int BN, bool A_K, bool B_K>
   static KILN_DEVICE void mma(Acc (&d)[BN / 2], uint64_t da, uint64_t db) {
     static_assert(A_K && B_K, "wgmma has no transpose for 8-bit operands");
-    if constexpr (BN == 256 && KILN_WGMMA_I8_SPLIT) {
-      /* B's rows 128..255 start 128 rows x 128 bytes further; the descriptor counts 16-byte units */
-      wgmma_s8_m64k32<128>(*reinterpret_cast<Acc(*)[64]>(d), da, db);
-      wgmma_s8_m64k32<128>(*reinterpret_cast<Acc(*)[64]>(d + 64), da, db + ((128 * ROW) >> 4));
-    } else
-      wgmma_s8_m64k32<BN>(d, da, db);
+    wgmma_s8_m64k32<BN>(d, da, db);
   }
   template <int BN>
   static KILN_DEVICE void store(Acc (&d)[BN / 2], const Args &p, void *c, int row0, int col0, int lane) {

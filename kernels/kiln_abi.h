@@ -88,11 +88,6 @@ typedef struct kiln_gemm_args {
 #ifndef KILN_WGMMA_PAIRS
 #define KILN_WGMMA_PAIRS 0
 #endif
-/* int8 WGMMA 256-wide steps as two n128 instructions (two accumulator chains): an experiment,
- * KILN_TUNE_DEFS="KILN_WGMMA_I8_SPLIT=1" (docs/performance.md). */
-#ifndef KILN_WGMMA_I8_SPLIT
-#define KILN_WGMMA_I8_SPLIT 0
-#endif
 
 /* Elements of one stage's A or B tile: a k-major operand is stored [MN][BK], an m/n-major one
  * [BK][MN], each row padded. */
