@@ -11,93 +11,51 @@
  * `transposed` the block computes Cᵀ: its rows are the caller's columns, and the caller's row
  * scales (now col_scale, indexed by the kernel's column) still come first.
  *
- * Why this shape (H200, 2026-12-03): the first version evaluated every branch of a generic
- * per-element store (scales present or not, three dtypes, pair or scalar) inside the fully
- * unrolled 128-accumulator loop: ~10 k SASS instructions per kernel, and the int8 WGMMA kernel
- * spent 43 % of its stall cycles on instruction fetch, a ~120 us epilogue at 4096 x 4096
- * (docs/performance.md). Here C's dtype is chosen once, outside the loops, and the per-column
- * factors are loaded once per column pair.
+ * The loops, the dtype dispatch and the stores are gemm_sm80.cuh's store_tile (see there why its
+ * per-row and per-column work is hoisted: H200, 2026-12-03).
  */
 #pragma once
 #include "gemm_sm80.cuh"
 
 namespace kiln {
 
-struct StoreInt8 {
-  /* sum · scale · a · b with a, b the two factors in the caller's order */
+/* gemm_sm80.cuh's store_tile Value: sum · scale · a · b, with a, b the row and column factors
+ * in the caller's order (1.0f for an absent vector). */
+struct Int8Value {
+  using Row = float;
+  struct Col {
+    float c0, c1;
+  };
+  static KILN_DEVICE Row row(const kiln_int8_args &p, int row, bool in) {
+    return p.row_scale && in ? p.row_scale[(int64_t)row * p.row_scale_stride] : 1.0f;
+  }
+  static KILN_DEVICE Col col(const kiln_int8_args &p, int col, bool both) {
+    return {p.col_scale ? p.col_scale[(int64_t)col * p.col_scale_stride] : 1.0f,
+            p.col_scale && both ? p.col_scale[(int64_t)(col + 1) * p.col_scale_stride] : 1.0f};
+  }
   static KILN_DEVICE float value(int32_t sum, float scale, float a, float b) {
     const float s = __int2float_rn(sum); /* INT32_MIN converts exactly to -2^31: flip it */
     const float v = sum == INT32_MIN ? -s : s;
     return __fmul_rn(__fmul_rn(__fmul_rn(v, scale), a), b);
   }
-  static KILN_DEVICE void put(float *c, float v) { *c = v; }
-  static KILN_DEVICE void put(__half *c, float v) { *c = __float2half_rn(v); }
-  static KILN_DEVICE void put(__nv_bfloat16 *c, float v) { *c = __float2bfloat16_rn(v); }
-  static KILN_DEVICE void put2(float *c, float v0, float v1) { *reinterpret_cast<float2 *>(c) = make_float2(v0, v1); }
-  static KILN_DEVICE void put2(__half *c, float v0, float v1) {
-    *reinterpret_cast<__half2 *>(c) = __floats2half2_rn(v0, v1);
+  template <class OUT>
+  static KILN_DEVICE void get(const kiln_int8_args &p, Row r, Col c, const OUT *, bool, int32_t a0, int32_t a1,
+                              float &v0, float &v1) {
+    const bool t = p.transposed;
+    v0 = value(a0, p.scale, t ? c.c0 : r, t ? r : c.c0);
+    v1 = value(a1, p.scale, t ? c.c1 : r, t ? r : c.c1);
   }
-  static KILN_DEVICE void put2(__nv_bfloat16 *c, float v0, float v1) {
-    *reinterpret_cast<__nv_bfloat162 *>(c) = __floats2bfloat162_rn(v0, v1);
-  }
+};
 
-  /* C row-major (c_cs == 1; the host transposes a column-major C). */
-  template <class OUT, int MT, int NT>
-  static KILN_DEVICE void store_as(const int32_t (&acc)[MT][NT][4], const kiln_int8_args &p, OUT *c, int row0,
-                                   int col0, int lane) {
-    const bool t = p.transposed, pair_ok = (uintptr_t)c % (2 * sizeof(OUT)) == 0 && p.c_rs % 2 == 0;
-    /* this lane's rows: where they start in C, and their factors (1.0f without row scales) */
-    OUT *crow[MT][2];
-    float rf[MT][2];
-    bool rin[MT][2];
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int row = row0 + i * 16 + lane / 4 + h * 8;
-        rin[i][h] = row < p.m;
-        crow[i][h] = c + (int64_t)row * p.c_rs;
-        rf[i][h] = p.row_scale && rin[i][h] ? p.row_scale[(int64_t)row * p.row_scale_stride] : 1.0f;
-      }
-#pragma unroll
-    for (int j = 0; j < NT; j++) {
-      const int col = col0 + j * 8 + lane % 4 * 2;
-      if (col >= p.n) continue;
-      const bool both = col + 1 < p.n, vec = both && pair_ok;
-      const float cf0 = p.col_scale ? p.col_scale[(int64_t)col * p.col_scale_stride] : 1.0f;
-      const float cf1 = p.col_scale && both ? p.col_scale[(int64_t)(col + 1) * p.col_scale_stride] : 1.0f;
-#pragma unroll
-      for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          if (!rin[i][h]) continue;
-          const float r = rf[i][h];
-          const float v0 = value(acc[i][j][2 * h], p.scale, t ? cf0 : r, t ? r : cf0);
-          const float v1 = value(acc[i][j][2 * h + 1], p.scale, t ? cf1 : r, t ? r : cf1);
-          OUT *q = crow[i][h] + col;
-          if (vec) {
-            put2(q, v0, v1);
-          } else {
-            put(q, v0);
-            if (both) put(q + 1, v1);
-          }
-        }
-    }
-  }
-
-  /* opaque_zero() keeps the epilogue's address math (row, column, scale vectors) from being
-   * hoisted out of the batch loop, where it stayed live across the K loop (int8 on sm_80:
-   * 140-184 bytes of spills without it). */
+/* opaque_zero() keeps the epilogue's address math (rows, columns, scale vectors) from being
+ * hoisted out of the batch loop, where it stayed live across the K loop (int8 on sm_80:
+ * 140-184 bytes of spills without it). */
+struct StoreInt8 {
   template <int MT, int NT>
   static KILN_DEVICE void store(const int32_t (&acc)[MT][NT][4], const kiln_int8_args &p, void *C, int row0,
                                 int col0, int lane) {
     const int z = opaque_zero();
-    if (p.c_dtype == KILN_DT_F32)
-      store_as<float>(acc, p, (float *)C, row0 + z, col0 + z, lane);
-    else if (p.c_dtype == KILN_DT_F16)
-      store_as<__half>(acc, p, (__half *)C, row0 + z, col0 + z, lane);
-    else
-      store_as<__nv_bfloat16>(acc, p, (__nv_bfloat16 *)C, row0 + z, col0 + z, lane);
+    store_tile<Int8Value>(acc, p, C, row0 + z, col0 + z, lane);
   }
 };
 

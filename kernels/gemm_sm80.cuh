@@ -353,47 +353,77 @@ KILN_DEVICE void warp_mma_slice(typename Mma::Acc (&acc)[MT][NT][4], const typen
 /* Epilogue: every store predicated, converted to C's dtype (round to nearest even).           */
 /* Lane l holds rows (l/4, l/4+8) and columns (2(l%4), 2(l%4)+1) of each 16x8 fragment.        */
 /* ---------------------------------------------------------------------------------------- */
-/* Stores the warp's fragments into C (p.m x p.n, element (row, col) at row·c_rs + col·c_cs,
- * dtype p.c_dtype). Value::get(p, c, dt, row, col, idx, a0, a1, v0, v1) turns the accumulators
- * of (row, col) and (row, col + 1) into the floats to store (the second is stored only when
- * col + 1 < p.n); idx is (row, col)'s offset in C. Value is stateless and everything reaches it
- * as arguments: a functor holding a reference to the kernel's argument struct changed the f16
- * kernels' epilogue code and register allocation. (The order of the statements here and in
- * GemmValue keeps the f16/bf16 kernels' PTX identical to the pre-int8 code.) */
-template <class Value, int MT, int NT, class Acc, class P>
-KILN_DEVICE void store_tile(const Acc (&acc)[MT][NT][4], const P &p, int64_t c_rs, int64_t c_cs, void *c, int row0,
-                            int col0, int lane) {
-  const int dt = p.c_dtype;
-  const int esize = dt == KILN_DT_F32 ? 4 : 2;
-  /* Pairs of adjacent columns go out as one 4- or 8-byte store when C's rows allow it. */
-  const bool pair_ok = c_cs == 1 && ((uintptr_t)c % (2 * esize) == 0) && c_rs % 2 == 0;
+/* Typed element access for the epilogues: RNE to 16-bit, pairs as one 4- or 8-byte store. */
+KILN_DEVICE void put(float *c, float v) { *c = v; }
+KILN_DEVICE void put(__half *c, float v) { *c = __float2half_rn(v); }
+KILN_DEVICE void put(__nv_bfloat16 *c, float v) { *c = __float2bfloat16_rn(v); }
+KILN_DEVICE void put2(float *c, float v0, float v1) { *reinterpret_cast<float2 *>(c) = make_float2(v0, v1); }
+KILN_DEVICE void put2(__half *c, float v0, float v1) { *reinterpret_cast<__half2 *>(c) = __floats2half2_rn(v0, v1); }
+KILN_DEVICE void put2(__nv_bfloat16 *c, float v0, float v1) {
+  *reinterpret_cast<__nv_bfloat162 *>(c) = __floats2bfloat162_rn(v0, v1);
+}
+KILN_DEVICE float to_f32(float v) { return v; }
+KILN_DEVICE float to_f32(__half v) { return __half2float(v); }
+KILN_DEVICE float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* Stores the warp's fragments into C (p.m x p.n, row-major: element (row, col) at
+ * row·p.c_rs + col; the hosts transpose a column-major C), dtype p.c_dtype. Value turns the
+ * accumulators into the floats to store, its per-row and per-column work hoisted out of the
+ * per-element loop:
+ *   Value::row(p, row, in)   -> Value::Row, once per row of the lane (in: row < p.m)
+ *   Value::col(p, col, both) -> Value::Col, once per column pair (both: col + 1 < p.n)
+ *   Value::get(p, Row, Col, q, both, a0, a1, v0, v1): the values of (row, col) and (row, col + 1),
+ *     q pointing at (row, col) in C; the second is stored only when both.
+ * C's dtype is chosen once, outside the unrolled loops: with a switch over dtypes and pair or
+ * scalar stores inside the loop over a warp's 128 accumulators, every kernel's epilogue was
+ * ~10 k instructions, and the int8 WGMMA kernel spent 43 % of its stalls on instruction fetch
+ * (H200, docs/performance.md). */
+template <class Value, class OUT, int MT, int NT, class Acc, class P>
+KILN_DEVICE void store_tile_as(const Acc (&acc)[MT][NT][4], const P &p, OUT *c, int row0, int col0, int lane) {
+  const bool pair_ok = (uintptr_t)c % (2 * sizeof(OUT)) == 0 && p.c_rs % 2 == 0;
+  OUT *crow[MT][2];
+  typename Value::Row rv[MT][2];
+  bool rin[MT][2];
 #pragma unroll
   for (int i = 0; i < MT; i++)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const int row = row0 + i * 16 + lane / 4 + h * 8;
-      if (row >= p.m) continue;
+      rin[i][h] = row < p.m;
+      crow[i][h] = c + (int64_t)row * p.c_rs;
+      rv[i][h] = Value::row(p, row, rin[i][h]);
+    }
 #pragma unroll
-      for (int j = 0; j < NT; j++) {
-        const int col = col0 + j * 8 + lane % 4 * 2;
-        if (col >= p.n) continue;
-        const int64_t idx = (int64_t)row * c_rs + (int64_t)col * c_cs;
+  for (int j = 0; j < NT; j++) {
+    const int col = col0 + j * 8 + lane % 4 * 2;
+    if (col >= p.n) continue;
+    const bool both = col + 1 < p.n, vec = both && pair_ok;
+    const typename Value::Col cv = Value::col(p, col, both);
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        if (!rin[i][h]) continue;
+        OUT *q = crow[i][h] + col;
         float v0, v1;
-        Value::get(p, c, dt, row, col, idx, acc[i][j][2 * h], acc[i][j][2 * h + 1], v0, v1);
-        const bool both = col + 1 < p.n;
-        if (both && pair_ok) {
-          if (dt == KILN_DT_F32)
-            *reinterpret_cast<float2 *>((float *)c + idx) = make_float2(v0, v1);
-          else if (dt == KILN_DT_F16)
-            *reinterpret_cast<__half2 *>((__half *)c + idx) = __floats2half2_rn(v0, v1);
-          else
-            *reinterpret_cast<__nv_bfloat162 *>((__nv_bfloat16 *)c + idx) = __floats2bfloat162_rn(v0, v1);
+        Value::get(p, rv[i][h], cv, q, both, acc[i][j][2 * h], acc[i][j][2 * h + 1], v0, v1);
+        if (vec) {
+          put2(q, v0, v1);
         } else {
-          kiln_store_from_f32(c, idx, dt, v0);
-          if (both) kiln_store_from_f32(c, idx + c_cs, dt, v1);
+          put(q, v0);
+          if (both) put(q + 1, v1);
         }
       }
-    }
+  }
+}
+template <class Value, int MT, int NT, class Acc, class P>
+KILN_DEVICE void store_tile(const Acc (&acc)[MT][NT][4], const P &p, void *c, int row0, int col0, int lane) {
+  if (p.c_dtype == KILN_DT_F32)
+    store_tile_as<Value>(acc, p, (float *)c, row0, col0, lane);
+  else if (p.c_dtype == KILN_DT_F16)
+    store_tile_as<Value>(acc, p, (__half *)c, row0, col0, lane);
+  else
+    store_tile_as<Value>(acc, p, (__nv_bfloat16 *)c, row0, col0, lane);
 }
 
 /* 0, produced where it is called (volatile asm stays inside its loop). Added to an epilogue's
@@ -406,23 +436,27 @@ KILN_DEVICE int opaque_zero() {
   return z;
 }
 
-/* kiln_matmul's epilogue: C = alpha * acc + beta * C (C row-major: c_cs = 1). */
+/* kiln_matmul's epilogue: C = alpha * acc + beta * C. */
 struct GemmValue {
-  static KILN_DEVICE void get(const kiln_gemm_args &p, void *c, int dt, int, int col, int64_t idx, float a0, float a1,
-                              float &v0, float &v1) {
+  struct Row {};
+  struct Col {};
+  static KILN_DEVICE Row row(const kiln_gemm_args &, int, bool) { return {}; }
+  static KILN_DEVICE Col col(const kiln_gemm_args &, int, bool) { return {}; }
+  template <class OUT>
+  static KILN_DEVICE void get(const kiln_gemm_args &p, Row, Col, const OUT *q, bool both, float a0, float a1, float &v0,
+                              float &v1) {
     v0 = p.alpha * a0;
     v1 = p.alpha * a1;
-    const bool both = col + 1 < p.n;
     if (p.beta != 0.f) {
-      v0 += p.beta * kiln_load_as_f32(c, idx, dt);
-      if (both) v1 += p.beta * kiln_load_as_f32(c, idx + 1, dt);
+      v0 += p.beta * to_f32(q[0]);
+      if (both) v1 += p.beta * to_f32(q[1]);
     }
   }
 };
 template <int MT, int NT>
 KILN_DEVICE void store_c(const float (&acc)[MT][NT][4], const kiln_gemm_args &p, void *c, int row0, int col0,
                          int lane) {
-  store_tile<GemmValue>(acc, p, p.c_rs, 1, c, row0, col0, lane);
+  store_tile<GemmValue>(acc, p, c, row0, col0, lane);
 }
 
 /* Tile order: tile pid of a batch, in bands of group_m tile-rows walked column by column, so
