@@ -5,8 +5,8 @@
 # 2. Nsight Compute (SpeedOfLight, WarpStateStats, ComputeWorkloadAnalysis) on the 256-wide
 #    int8 kernel and on the f16 one at 4096^3: tensor-pipe use and what warps wait on, side by side.
 # 3. The SASS of the 256-wide int8 kernel (gzip) for the main loop's instruction mix.
-# VARIANT_BUILD (a libkiln.so + tools/kiln-bench built with other KILN_TUNE_DEFS, e.g.
-# KILN_WGMMA_I8_SPLIT=1) repeats the sweep in the same call.
+# VARIANT_BUILD (a libkiln.so + tools/kiln-bench built with other KILN_TUNE_DEFS or a changed
+# kernel) repeats the sweep in the same call.
 # Everything to $OUT.
 B=${1:-build}
 export PATH=$PATH:/usr/local/cuda/bin

@@ -201,7 +201,8 @@ static kiln_status plan(const kiln_context *ctx, const char *op, const char *siz
   /* AUTO: PREFILL from M = 256 with the workspace. At K 4096, Nq 4096, Nk = Nv 1024 on the H200,
    * int4 DECODE takes 59.7 µs at M = 128 against PREFILL's 77.2 (three dequantize passes and
    * three GEMMs, two of them narrow), PREFILL 77.8 against 106.9 at M = 256 (docs/performance.md;
-   * measured before the merged GEMM; int8 not yet measured) */
+   * measured before the merged GEMM). int8 with the merged GEMM (2026-12-03): DECODE 78.9 against
+   * PREFILL 82.3 µs at M = 128, PREFILL 88.2 against 147.6 at M = 256: the same threshold. */
   kiln_status st = kiln_w16_prefill_plan(ctx, op, "KILN_QKV", size_fn, 256, need, !*merged, algo, ws, ws_bytes, X, Y,
                                          OUT, 3, w4, WNAME, w4 ? 3 : 0);
   if (st || !W8 || *algo != KILN_QKV_PREFILL) return st;
