@@ -111,6 +111,62 @@ static void assert_context_usable(kiln_context *ctx, CUstream stream) {
   assert_int_equal(fake("context_depth"), 0);
 }
 
+/* kiln_matmul_int8's and kiln_qkv_project_int8's host paths on the fake sm_90 (run in CI, no
+ * GPU): AUTO and WGMMA encode UINT8 TMA descriptors and launch the WGMMA kernels, MMA_SYNC the
+ * IMMA ones; WGMMA refuses an n-major B by name; the int8 QKV PREFILL refuses a missing workspace
+ * and one that overlaps a weight, and runs with the size its query gives. */
+static void int8_paths(kiln_context *ctx) {
+  const DLDataType I8 = {kDLInt, 8, 1};
+  const int allocations = fake("live_allocations");
+  DLManagedTensorVersioned *a = empty(ctx, I8, 64, 128), *w = empty(ctx, I8, 96, 128), *b = empty(ctx, I8, 128, 96);
+  DLManagedTensorVersioned *c = empty(ctx, TEST_F32, 64, 96);
+  DLTensor wt = w->dl_tensor; /* W [96, 128] seen as W.T [128, 96]: k-major */
+  int64_t wt_shape[2] = {128, 96}, wt_strides[2] = {1, 128};
+  wt.shape = wt_shape, wt.strides = wt_strides;
+  kiln_matmul_int8_opts o = kiln_matmul_int8_opts_default();
+  const kiln_int8_algo algos[3] = {KILN_INT8_AUTO, KILN_INT8_MMA_SYNC, KILN_INT8_WGMMA};
+  for (int i = 0; i < 3; i++) {
+    o.algo = algos[i];
+    assert_kiln_ok(kiln_matmul_int8(ctx, &a->dl_tensor, &wt, &c->dl_tensor, &o, NULL));
+  }
+  assert_kiln_fails(kiln_matmul_int8(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL),
+                    KILN_ERROR_UNSUPPORTED, "kiln_matmul_int8: algo KILN_INT8_WGMMA on " FAKE_NAME, "k-major",
+                    "use KILN_INT8_AUTO or _MMA_SYNC");
+  o.algo = KILN_INT8_AUTO; /* an n-major B takes the IMMA kernels */
+  assert_kiln_ok(kiln_matmul_int8(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL));
+
+  /* x [64, 128] f16; wq, wk, wv = b [128, 96] int8 with per-column scales; q, k, v [64, 96] */
+  DLManagedTensorVersioned *x = empty(ctx, TEST_F16, 64, 128), *s = empty(ctx, TEST_F32, 1, 96);
+  DLManagedTensorVersioned *y[3] = {empty(ctx, TEST_F16, 64, 96), empty(ctx, TEST_F16, 64, 96),
+                                    empty(ctx, TEST_F16, 64, 96)};
+  DLTensor sv = s->dl_tensor;
+  int64_t sv_shape[1] = {96};
+  sv.ndim = 1, sv.shape = sv_shape, sv.strides = NULL;
+  const DLTensor *B = &b->dl_tensor;
+  size_t bytes = 0;
+  assert_kiln_ok(kiln_qkv_project_int8_workspace_size(ctx, &x->dl_tensor, B, B, B, &sv, &sv, &sv, &y[0]->dl_tensor,
+                                                      &y[1]->dl_tensor, &y[2]->dl_tensor, &bytes));
+  assert_int_equal(bytes, 128 * 96 * 2); /* separate outputs: the largest weight as f16 */
+  kiln_qkv_opts q = kiln_qkv_opts_default();
+  q.algo = KILN_QKV_PREFILL;
+  assert_kiln_fails(kiln_qkv_project_int8(ctx, &x->dl_tensor, B, B, B, &sv, &sv, &sv, &y[0]->dl_tensor,
+                                          &y[1]->dl_tensor, &y[2]->dl_tensor, &q, NULL),
+                    KILN_ERROR_WORKSPACE, "kiln_qkv_project_int8: algo KILN_QKV_PREFILL needs 24576 bytes",
+                    "(workspace NULL)", "kiln_qkv_project_int8_workspace_size");
+  q.workspace = b->dl_tensor.data, q.workspace_bytes = bytes;
+  assert_kiln_fails(kiln_qkv_project_int8(ctx, &x->dl_tensor, B, B, B, &sv, &sv, &sv, &y[0]->dl_tensor,
+                                          &y[1]->dl_tensor, &y[2]->dl_tensor, &q, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_qkv_project_int8: opts->workspace overlaps wq");
+  DLManagedTensorVersioned *ws = empty(ctx, TEST_F16, 128, 96);
+  q.workspace = ws->dl_tensor.data;
+  assert_kiln_ok(kiln_qkv_project_int8(ctx, &x->dl_tensor, B, B, B, &sv, &sv, &sv, &y[0]->dl_tensor,
+                                       &y[1]->dl_tensor, &y[2]->dl_tensor, &q, NULL));
+  DLManagedTensorVersioned *all[] = {a, w, b, c, x, s, y[0], y[1], y[2], ws};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_tensor_free(all[i]);
+  assert_int_equal(fake("live_allocations"), allocations);
+  assert_int_equal(fake("context_depth"), 0);
+}
+
 static kiln_context *create_device_0(void) {
   kiln_context *ctx = NULL;
   assert_kiln_ok(kiln_context_create(kDLCUDA, 0, &ctx));
@@ -134,6 +190,7 @@ static kiln_context *create_device_0(void) {
 static void healthy(void) {
   kiln_context *ctx = create_device_0();
   assert_context_usable(ctx, NULL);
+  int8_paths(ctx);
   CUstream s = NULL;
   assert_kiln_ok(kiln_stream_create(ctx, &s));
   assert_non_null(s);

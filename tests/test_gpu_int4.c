@@ -658,7 +658,7 @@ static void refusals(void **state) {
   qo.workspace = gv.dev->dl_tensor.data;
   assert_kiln_fails(kiln_qkv_project_int4(g_ctx, &gx.t, &gw.q, &gw.q, &gw.q, &gy.t, &gk.t, &gv.t, &qo, g_stream),
                     KILN_ERROR_INVALID_ARGUMENT, "kiln_qkv_project_int4: opts->workspace overlaps v");
-  /* kiln_qkv_project_int8 has no PREFILL; it ignores a workspace */
+  /* kiln_qkv_project_int8's PREFILL refusals: qkv_int8_prefill */
   kiln_tensor_free(gk.dev), kiln_tensor_free(gv.dev), tm_free(&yk), tm_free(&yv);
   kiln_tensor_free(gx.dev), kiln_tensor_free(gy.dev), gweight_free(&gw);
   tm_free(&x), tm_free(&y), tq_free(&w);
@@ -672,10 +672,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(groups_dtypes), cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
-      cmocka_unit_test(aligned_decode),
-      cmocka_unit_test(qkv_fused), cmocka_unit_test(qkv_prefill), cmocka_unit_test(qkv_prefill_merged),     cmocka_unit_test(qkv_int8), cmocka_unit_test(qkv_int8_prefill),            cmocka_unit_test(deterministic),
-      cmocka_unit_test(prefill),       cmocka_unit_test(refusals),
+      cmocka_unit_test(groups_dtypes),  cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
+      cmocka_unit_test(aligned_decode), cmocka_unit_test(qkv_fused),           cmocka_unit_test(qkv_prefill),
+      cmocka_unit_test(qkv_prefill_merged), cmocka_unit_test(qkv_int8),        cmocka_unit_test(qkv_int8_prefill),
+      cmocka_unit_test(deterministic),  cmocka_unit_test(prefill),             cmocka_unit_test(refusals),
   };
   int failed = cmocka_run_group_tests_name("gpu_int4", tests, NULL, NULL);
   kiln_stream_destroy(g_ctx, g_stream);
