@@ -474,9 +474,8 @@ kiln_status kiln_attention_backward_workspace_size(kiln_context *ctx, const DLTe
                                                    const DLTensor *dv, const kiln_attention_opts *opts,
                                                    size_t *bytes) {
   const char *op = "kiln_attention_backward_workspace_size";
-  kiln_status st = kiln_check_context(ctx, op);
+  kiln_status st = kiln_check_size_query(ctx, op, bytes);
   if (st) return st;
-  if (!bytes) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL; pass a size_t*", op);
   const kiln_attention_opts opt = opts ? *opts : kiln_attention_opts_default();
   attn_problem p;
   if ((st = plan_backward(ctx, op, q, k, v, o, lse, dout, dq, dk, dv, &opt, &p))) return st;

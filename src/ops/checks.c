@@ -44,3 +44,11 @@ kiln_status kiln_check_float_matrix(const kiln_context *ctx, const char *op, con
   }
   return output ? kiln_check_output_matrix(op, arg, m) : KILN_OK;
 }
+
+kiln_status kiln_check_size_query(const kiln_context *ctx, const char *op, size_t *bytes) {
+  kiln_status st = kiln_check_context(ctx, op);
+  if (st) return st;
+  if (!bytes)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL; pass a size_t* to receive the size", op);
+  return KILN_OK;
+}

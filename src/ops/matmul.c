@@ -291,9 +291,8 @@ kiln_status kiln_matmul_backward_workspace_size(kiln_context *ctx, const DLTenso
                                                 const DLTensor *dc, const DLTensor *da, const DLTensor *db,
                                                 size_t *bytes) {
   const char *op = "kiln_matmul_backward_workspace_size";
-  kiln_status st = kiln_check_context(ctx, op);
+  kiln_status st = kiln_check_size_query(ctx, op, bytes);
   if (st) return st;
-  if (!bytes) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL; pass a size_t*", op);
   backward_plan p;
   if ((st = plan_backward(ctx, op, a, b, dc, da, db, &p))) return st;
   *bytes = p.bytes;

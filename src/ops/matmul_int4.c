@@ -225,9 +225,8 @@ kiln_status kiln_int4_prefill_gpu(const kiln_context *ctx, const char *op, const
 kiln_status kiln_matmul_int4_workspace_size(kiln_context *ctx, const DLTensor *x, const kiln_qweight *w,
                                             const DLTensor *y, size_t *bytes) {
   const char *op = "kiln_matmul_int4_workspace_size";
-  kiln_status st = kiln_check_context(ctx, op);
+  kiln_status st = kiln_check_size_query(ctx, op, bytes);
   if (st) return st;
-  if (!bytes) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL; pass the address of a size_t", op);
   *bytes = 0;
   kiln_matrix X, Y;
   if ((st = check_args(ctx, op, x, w, y, &X, &Y))) return st;

@@ -23,15 +23,6 @@
 /* What TensorCore int8 MMA (mma.sync m16n8k32 s8) needs: compute capability 8.0. */
 #define INT8_MIN_ARCH 80
 
-/* 16-byte vector loads along the contiguous dimension are legal: data pointer, leading
- * dimension (when more than one row/column uses it) and batch stride multiples of 16 bytes,
- * as kiln_matrix_aligned16 for 1-byte elements. */
-static bool aligned16(const int8_t *data, int64_t rs, int64_t cs, int64_t bs, int64_t rows, int64_t cols) {
-  const bool row_major = cs == 1;
-  const int64_t outer = row_major ? rows : cols, ld = row_major ? rs : cs;
-  return (uintptr_t)data % 16 == 0 && (outer <= 1 || ld % 16 == 0) && bs % 16 == 0;
-}
-
 /* The operands as kiln_matrix views (1-byte elements) for the WGMMA host helpers. */
 static kiln_matrix int8_view(const int8_t *data, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t bs,
                              int64_t batch) {
@@ -105,7 +96,7 @@ kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const 
     return kiln_wgmma_launch(ctx, op, kernel, &A, &B, bn, false, items, &p, stream);
   }
 
-  const bool aligned = aligned16(p.a, p.a_rs, p.a_cs, p.a_bs, p.m, p.k) && aligned16(p.b, p.b_rs, p.b_cs, p.b_bs, p.k, p.n);
+  const bool aligned = kiln_matrix_aligned16(&A) && kiln_matrix_aligned16(&B); /* 16-byte vector loads */
   const size_t cpa_smem = (size_t)KILN_GEMM_I8_SMEM_BYTES(KILN_GEMM_I8_CPA_STAGES, KILN_GEMM_I8_CPA_BK);
   const size_t mma_smem = (size_t)KILN_GEMM_I8_SMEM_BYTES(2, KILN_GEMM_I8_MMA_BK);
   const bool cpa = a_k && b_k && aligned && ctx->info.smem_per_block_optin >= cpa_smem;

@@ -20,6 +20,9 @@ static inline int kiln_dt_code(DLDataType t) {
  * output must also not overlap itself across batches (an input may broadcast with batch stride 0). */
 kiln_status kiln_check_float_matrix(const kiln_context *ctx, const char *op, const char *arg, const DLTensor *t,
                                     int64_t batch, int64_t rows, int64_t cols, bool output, kiln_matrix *m);
+/* The start of every *_workspace_size query: a valid context and somewhere to put the answer
+ * (which the query writes only as it sees fit: attention's leaves it untouched on an error). */
+kiln_status kiln_check_size_query(const kiln_context *ctx, const char *op, size_t *bytes);
 /* INVALID_ARGUMENT naming both when an output's byte span meets an input's (or another output's). */
 kiln_status kiln_check_disjoint(const char *op, const char *out_name, const void *out, int64_t out_bytes,
                                 const char *in_name, const void *in, int64_t in_bytes);

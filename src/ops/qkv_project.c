@@ -135,6 +135,12 @@ static size_t prefill_bytes(int64_t k, const int64_t n[3], bool merged) {
   const int64_t big = n[0] > n[1] ? (n[0] > n[2] ? n[0] : n[2]) : (n[1] > n[2] ? n[1] : n[2]);
   return (size_t)k * (size_t)(merged ? n[0] + n[1] + n[2] : big) * 2;
 }
+/* What the _workspace_size queries answer for checked views: PREFILL's bytes, merged when the
+ * outputs allow it; 0 on a CPU context. */
+static size_t query_bytes(const kiln_context *ctx, const kiln_matrix *X, const kiln_matrix Y[3]) {
+  const int64_t n[3] = {Y[0].cols, Y[1].cols, Y[2].cols};
+  return ctx->device_type == kDLCPU ? 0 : prefill_bytes(X->cols, n, outputs_adjacent(Y));
+}
 
 static kiln_status dequantize(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, int i, bool int8,
                               void *dst, int64_t ld, CUstream stream) {
@@ -296,17 +302,15 @@ kiln_status kiln_qkv_project_int8_workspace_size(kiln_context *ctx, const DLTens
                                                  const DLTensor *k_scale, const DLTensor *v_scale, const DLTensor *q,
                                                  const DLTensor *k, const DLTensor *v, size_t *bytes) {
   const char *op = "kiln_qkv_project_int8_workspace_size";
-  kiln_status st = kiln_check_context(ctx, op);
+  kiln_status st = kiln_check_size_query(ctx, op, bytes);
   if (st) return st;
-  if (!bytes) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL; pass the address of a size_t", op);
   *bytes = 0;
   const DLTensor *const w[3] = {wq, wk, wv}, *const s[3] = {q_scale, k_scale, v_scale}, *const out[3] = {q, k, v};
   kiln_matrix X, W[3], S[3], Y[3];
   const float *sdata[3];
   int64_t sstride[3];
   if ((st = check_int8_call(ctx, op, x, w, s, out, &X, W, S, Y, sdata, sstride))) return st;
-  const int64_t n[3] = {Y[0].cols, Y[1].cols, Y[2].cols};
-  if (ctx->device_type != kDLCPU) *bytes = prefill_bytes(X.cols, n, outputs_adjacent(Y));
+  *bytes = query_bytes(ctx, &X, Y);
   return KILN_OK;
 }
 
@@ -366,16 +370,14 @@ kiln_status kiln_qkv_project_int4_workspace_size(kiln_context *ctx, const DLTens
                                                  const kiln_qweight *wk, const kiln_qweight *wv, const DLTensor *q,
                                                  const DLTensor *k, const DLTensor *v, size_t *bytes) {
   const char *op = "kiln_qkv_project_int4_workspace_size";
-  kiln_status st = kiln_check_context(ctx, op);
+  kiln_status st = kiln_check_size_query(ctx, op, bytes);
   if (st) return st;
-  if (!bytes) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL; pass the address of a size_t", op);
   *bytes = 0;
   const kiln_qweight *const w[3] = {wq, wk, wv};
   const DLTensor *const out[3] = {q, k, v};
   kiln_matrix X, Y[3];
   if ((st = check_int4_call(ctx, op, x, w, out, &X, Y))) return st;
-  const int64_t n[3] = {Y[0].cols, Y[1].cols, Y[2].cols};
-  if (ctx->device_type != kDLCPU) *bytes = prefill_bytes(X.cols, n, outputs_adjacent(Y));
+  *bytes = query_bytes(ctx, &X, Y);
   return KILN_OK;
 }
 
