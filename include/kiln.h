@@ -525,9 +525,16 @@ KILN_API kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x,
 typedef enum kiln_attention_algo {
   KILN_ATTENTION_AUTO = 0,  /* the CPU path on a CPU context; FLASH on a GPU */
   KILN_ATTENTION_SMEM = 1,  /* whole score rows in shared memory, short Sk: no GPU kernel yet */
-  KILN_ATTENTION_FLASH = 2, /* online softmax over key blocks, O(S) memory, any length; GPU
-                             * kernels need f16/bf16 inputs, D == Dv a multiple of 8 (<= 256),
-                             * contiguous head dims and 16-byte aligned rows (else UNSUPPORTED) */
+  KILN_ATTENTION_FLASH = 2, /* online softmax over key blocks, O(S) memory, any length: the
+                             * fastest FLASH kernel for the device and problem (on sm_90 the
+                             * WGMMA forward where it applies, else MMA_SYNC). GPU kernels need
+                             * f16/bf16 inputs, D == Dv a multiple of 8 (<= 256), contiguous
+                             * head dims and 16-byte aligned rows (else UNSUPPORTED) */
+  KILN_ATTENTION_FLASH_MMA_SYNC = 3, /* FLASH with the sm_80+ FlashAttention-2 style kernels */
+  KILN_ATTENTION_FLASH_WGMMA = 4,    /* FLASH forward with the sm_90a FlashAttention-3 style
+                                      * kernel (wgmma + TMA): sm_90 only, D <= 128; UNSUPPORTED
+                                      * otherwise. The backward has no WGMMA kernel yet and runs
+                                      * the MMA_SYNC one for this algo. */
 } kiln_attention_algo;
 
 typedef struct kiln_attention_opts {

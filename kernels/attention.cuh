@@ -1,9 +1,9 @@
 /*
- * attention.cuh — pieces shared by the FLASH attention kernels (attention_sm80.cu forward,
- * attention_bwd_sm80.cu backward): the block size, the f32 -> 16-bit packing that turns an
- * accumulator fragment into an A fragment. (The visibility rule, key j < Sk and, when causal,
- * j <= i + shift with shift = Sk - Sq, is written out in each kernel: as a shared inline
- * function it cost the forward's D = 64 kernels 20 bytes of spills under ptxas 13.)
+ * attention.cuh — pieces shared by the FLASH attention kernels (attention_sm80.cu and
+ * attention_sm90.cu forwards, attention_bwd_sm80.cu backward): the block size, the f32 -> 16-bit
+ * packing that turns an accumulator fragment into an A fragment, the forwards' online-softmax
+ * step and row epilogue. (The backward writes the visibility rule, key j < Sk and, when causal,
+ * j <= i + shift with shift = Sk - Sq, out itself.)
  *
  * The accumulator of two adjacent m16n8 fragments (rows lane/4 and lane/4 + 8, columns
  * 2·(lane%4) + {0, 1} and + 8) holds exactly the elements of one m16n8k16 A fragment, so a
@@ -12,6 +12,8 @@
  * a[3] = pack2(f[2t+1][2..3]).
  */
 #pragma once
+#include <math.h>
+
 #include "gemm_sm80.cuh"
 
 namespace kiln {
@@ -37,6 +39,89 @@ KILN_DEVICE void acc_to_a_frag(uint32_t (&a)[4], const float (&f)[N][4], int t) 
   a[1] = pack2<BF16>(f[2 * t][2], f[2 * t][3]);
   a[2] = pack2<BF16>(f[2 * t + 1][0], f[2 * t + 1][1]);
   a[3] = pack2<BF16>(f[2 * t + 1][2], f[2 * t + 1][3]);
+}
+
+/* 2^x by the special-function unit (one MUFU.EX2; exp2f adds range fix-ups): inputs are
+ * scores minus their row maximum, <= 0, or -inf (gives 0). */
+KILN_DEVICE float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* One key block's online-softmax update of a warp's m16 row tile (FlashAttention-2), shared by
+ * the sm_80 and sm_90a forwards. s: the block's raw scores Q·Kᵀ as NT n8 accumulator fragments,
+ * replaced by P = exp2(s·sl2 - m'·sl2) (sl2 = scale·log2 e > 0); m: the two rows' running
+ * maxima of raw scores (-inf while nothing is visible), l: this lane's partial row sums, o: the
+ * output accumulator (OT fragments), rescaled by exp2((m - m')·sl2).
+ * MASK: element e of fragment j is key key0 + 8 j + (e & 1) of row row0 + 8 (e >> 1) (key0, row0
+ * include the lane's offsets), visible iff key < sk and (not causal or key <= row + shift);
+ * an invisible score becomes -inf. A row with nothing visible yet uses 0 as its stand-in
+ * maximum, so exp2(-inf - 0) = 0 and no NaN arises. */
+template <bool MASK, int NT, int OT>
+KILN_DEVICE void softmax_update(float (&s)[NT][4], float (&o)[OT][4], float (&m)[2], float (&l)[2], float sl2,
+                                int key0, int row0, int sk, int causal, int shift) {
+  float mnew[2] = {m[0], m[1]};
+#pragma unroll
+  for (int j = 0; j < NT; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      if (MASK) {
+        const int key = key0 + 8 * j + (e & 1), row = row0 + 8 * (e >> 1);
+        if (!(key < sk && (!causal || key <= row + shift))) s[j][e] = -INFINITY;
+      }
+      mnew[e >> 1] = fmaxf(mnew[e >> 1], s[j][e]);
+    }
+  float corr[2], mu[2], rsum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    mnew[r] = fmaxf(mnew[r], __shfl_xor_sync(0xffffffffu, mnew[r], 1));
+    mnew[r] = fmaxf(mnew[r], __shfl_xor_sync(0xffffffffu, mnew[r], 2));
+    mu[r] = mnew[r] == -INFINITY ? 0.f : mnew[r] * sl2;
+    corr[r] = exp2_fast(fmaf(m[r], sl2, -mu[r])); /* m = -inf -> 0, harmless: o and l are 0 */
+    m[r] = mnew[r];
+  }
+#pragma unroll
+  for (int j = 0; j < NT; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      s[j][e] = exp2_fast(fmaf(s[j][e], sl2, -mu[e >> 1]));
+      rsum[e >> 1] += s[j][e];
+    }
+#pragma unroll
+  for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + rsum[r];
+#pragma unroll
+  for (int j = 0; j < OT; j++) {
+    o[j][0] *= corr[0];
+    o[j][1] *= corr[0];
+    o[j][2] *= corr[1];
+    o[j][3] *= corr[1];
+  }
+}
+
+/* The end of one query row, half r (0: row lane/4, 1: + 8) of an m16 tile: sums l over the 4
+ * lanes that share the row (every lane must call), then, for a row inside the sequence, stores
+ * O / l (the lane's columns 8 j + 2 (lane % 4) + {0, 1}, j < OT, those < D) and the natural-log
+ * LSE = m·scale + ln l; a row that saw no key gets O = 0 and LSE = -inf. */
+template <int OT>
+KILN_DEVICE void store_row(const kiln_attn_args &p, int b, int h, int row, float m, float l, float sl2,
+                           const float (&o)[OT][4], int r, int lane) {
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (row >= p.sq) return;
+  const int dt = p.o_dtype;
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  char *orow = (char *)p.o + (b * p.o_bs + h * p.o_hs + (int64_t)row * p.o_ss) * (dt == KILN_DT_F32 ? 4 : 2);
+#pragma unroll
+  for (int j = 0; j < OT; j++) {
+    const int col = j * 8 + (lane % 4) * 2;
+    if (col < p.d) {
+      kiln_store_from_f32(orow, col, dt, o[j][2 * r] * inv);
+      kiln_store_from_f32(orow, col + 1, dt, o[j][2 * r + 1] * inv); /* D % 8 == 0: col + 1 < D */
+    }
+  }
+  if (p.lse && lane % 4 == 0)
+    p.lse[b * p.lse_bs + h * p.lse_hs + row] = l > 0.f ? (m * sl2 + log2f(l)) * 0.6931471805599453f : -INFINITY;
 }
 
 } /* namespace attn */

@@ -8,11 +8,12 @@
  * The block walks the key/value sequence in blocks of BC keys (64 for D <= 64, else 32 so that
  * scores and output accumulators fit in 255 registers), double-buffered with cp.async:
  *
- *   S = Q·Kᵀ (16 x 64 per warp: m16n8k16 MMAs over D)        -> scale, mask
- *   m' = max(m, rowmax S);  P = exp2(S·log2e - m');  l = l·exp2(m - m') + rowsum P
- *   O = O·exp2(m - m') + P·V (P converted to f16/bf16 and reused as the A fragment)
+ *   S = Q·Kᵀ (16 x 64 per warp: m16n8k16 MMAs over D)        -> mask
+ *   m' = max(m, rowmax S);  P = exp2((S - m')·c);  l = l·exp2((m - m')·c) + rowsum P
+ *   O = O·exp2((m - m')·c) + P·V (P converted to f16/bf16 and reused as the A fragment)
  *
- * and at the end O /= l and LSE = (m + log2 l)·ln 2. The S accumulator of two adjacent n8
+ * with c = scale·log2 e, and at the end O /= l and LSE = m·scale + ln l (attention.cuh has the
+ * update and the epilogue, shared with the sm_90a forward). The S accumulator of two adjacent n8
  * fragments is exactly the A fragment of an m16n8k16 (rows lane/4 and lane/4 + 8, columns
  * 2·(lane%4) + {0, 1} and + 8), so P never leaves registers. Each thread holds two rows'
  * statistics; a row's 64 scores live in 4 lanes, reduced with two xor shuffles.
@@ -86,11 +87,12 @@ __device__ __forceinline__ void forward(const kiln_attn_args &p) {
   for (int i = 0; i < MT; i++)
 #pragma unroll
     for (int j = 0; j < OT; j++) o[i][j][0] = o[i][j][1] = o[i][j][2] = o[i][j][3] = 0.f;
-  /* row statistics, [m16 tile][0: row lane/4, 1: row lane/4 + 8]; l is this lane's partial sum */
+  /* row statistics, [m16 tile][0: row lane/4, 1: row lane/4 + 8]: m the running maximum of the raw
+   * scores, l this lane's partial sum */
   float m[MT][2], l[MT][2];
 #pragma unroll
   for (int i = 0; i < MT; i++) m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.f;
-  const float sl2 = p.scale * 1.4426950408889634f; /* scores in log2 units */
+  const float sl2 = p.scale * 1.4426950408889634f; /* scale·log2 e: exp(scale·x) = exp2(sl2·x) */
   const int row0 = q0 + warp * WM + lane / 4;      /* row of (tile i, half r): row0 + 16 i + 8 r */
 
   for (int blk = 0; blk < nblocks; blk++) {
@@ -123,46 +125,11 @@ __device__ __forceinline__ void forward(const kiln_attn_args &p) {
       }
     }
 
-    /* scale, mask, online softmax */
-    const int k0 = blk * BC;
+    /* mask, online softmax: s becomes P */
 #pragma unroll
-    for (int i = 0; i < MT; i++) {
-      float mnew[2] = {m[i][0], m[i][1]};
-#pragma unroll
-      for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int key = k0 + j * 8 + (lane % 4) * 2 + (e & 1), row = row0 + 16 * i + (e >> 1) * 8;
-          const bool visible = key < p.sk && (!p.causal || key <= row + shift);
-          s[i][j][e] = visible ? s[i][j][e] * sl2 : -INFINITY;
-          mnew[e >> 1] = fmaxf(mnew[e >> 1], s[i][j][e]);
-        }
-      float corr[2], mu[2], rsum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int r = 0; r < 2; r++) {
-        mnew[r] = fmaxf(mnew[r], __shfl_xor_sync(0xffffffffu, mnew[r], 1));
-        mnew[r] = fmaxf(mnew[r], __shfl_xor_sync(0xffffffffu, mnew[r], 2));
-        mu[r] = mnew[r] == -INFINITY ? 0.f : mnew[r]; /* all masked so far: exp2(-inf - 0) = 0 */
-        corr[r] = exp2f(m[i][r] - mu[r]);             /* m = -inf -> 0, harmless: o and l are 0 */
-        m[i][r] = mnew[r];
-      }
-#pragma unroll
-      for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          s[i][j][e] = exp2f(s[i][j][e] - mu[e >> 1]);
-          rsum[e >> 1] += s[i][j][e];
-        }
-#pragma unroll
-      for (int r = 0; r < 2; r++) l[i][r] = l[i][r] * corr[r] + rsum[r];
-#pragma unroll
-      for (int j = 0; j < OT; j++) {
-        o[i][j][0] *= corr[0];
-        o[i][j][1] *= corr[0];
-        o[i][j][2] *= corr[1];
-        o[i][j][3] *= corr[1];
-      }
-    }
+    for (int i = 0; i < MT; i++)
+      softmax_update<true>(s[i], o[i], m[i], l[i], sl2, blk * BC + (lane % 4) * 2, row0 + 16 * i, p.sk, p.causal,
+                           shift);
 
     /* O += P·V: k16 step t uses S fragments 2t and 2t+1 of each row tile as its A fragment */
 #pragma unroll
@@ -186,30 +153,10 @@ __device__ __forceinline__ void forward(const kiln_attn_args &p) {
   cp_async_wait<0>();
 
   /* O /= l, store; LSE */
-  const int dt = p.o_dtype;
 #pragma unroll
   for (int i = 0; i < MT; i++)
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-      float lr = l[i][r];
-      lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-      lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-      const int row = row0 + 16 * i + r * 8;
-      if (row >= p.sq) continue;
-      const float inv = lr > 0.f ? 1.f / lr : 0.f;
-      char *orow = (char *)p.o + (b * p.o_bs + h * p.o_hs + (int64_t)row * p.o_ss) * (dt == KILN_DT_F32 ? 4 : 2);
-#pragma unroll
-      for (int j = 0; j < OT; j++) {
-        const int col = j * 8 + (lane % 4) * 2;
-        if (col < p.d) {
-          kiln_store_from_f32(orow, col, dt, o[i][j][2 * r] * inv);
-          kiln_store_from_f32(orow, col + 1, dt, o[i][j][2 * r + 1] * inv); /* D % 8 == 0: col + 1 < D */
-        }
-      }
-      if (p.lse && lane % 4 == 0)
-        p.lse[b * p.lse_bs + h * p.lse_hs + row] =
-            lr > 0.f ? (m[i][r] + log2f(lr)) * 0.6931471805599453f : -INFINITY;
-    }
+    for (int r = 0; r < 2; r++) store_row(p, b, h, row0 + 16 * i + 8 * r, m[i][r], l[i][r], sl2, o[i], r, lane);
 }
 
 } /* namespace attn */

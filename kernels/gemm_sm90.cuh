@@ -88,6 +88,14 @@ KILN_DEVICE void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int 
         "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
         : "memory");
 }
+/* The same for a rank-4 map (the attention kernels' [B, H, S, D] operands: c0 = d, c1 = s, c2 = h, c3 = b). */
+KILN_DEVICE void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::
+          "r"(smem_u32(dst)),
+      "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
 /* The same copy multicast to the CTAs of the cluster in cta_mask: each receives the box at the
  * same shared-memory offset and its own mbarrier (same offset) is credited with the bytes. */
 KILN_DEVICE void tma_load_multicast(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2,

@@ -35,6 +35,10 @@
   X(KILN_K_ATTN_FWD_##dt##_D64, "kiln_attn_fwd_" #dt "_d64", "attention_sm80")     \
   X(KILN_K_ATTN_FWD_##dt##_D128, "kiln_attn_fwd_" #dt "_d128", "attention_sm80")   \
   X(KILN_K_ATTN_FWD_##dt##_D256, "kiln_attn_fwd_" #dt "_d256", "attention_sm80")
+/* Attention forward (FLASH, sm_90a WGMMA): kiln_attn_fwd_wgmma_<dtype>_d<padded head dim 64, 128>. */
+#define KILN_ATTN_WG_KERNELS_FOR(X, dt)                                                          \
+  X(KILN_K_ATTN_FWD_WG_##dt##_D64, "kiln_attn_fwd_wgmma_" #dt "_d64", "attention_sm90")         \
+  X(KILN_K_ATTN_FWD_WG_##dt##_D128, "kiln_attn_fwd_wgmma_" #dt "_d128", "attention_sm90")
 
 /* Attention backward (FLASH, sm_80+): the delta kernel, then dK/dV and dQ per dtype and DP. */
 #define KILN_ATTN_BWD_KERNELS_FOR(X, dt)                                                          \
@@ -73,6 +77,8 @@
   KILN_WGMMA_PAIR_KERNELS(X)                                     \
   KILN_ATTN_KERNELS_FOR(X, f16)                                  \
   KILN_ATTN_KERNELS_FOR(X, bf16)                                 \
+  KILN_ATTN_WG_KERNELS_FOR(X, f16)                               \
+  KILN_ATTN_WG_KERNELS_FOR(X, bf16)                              \
   X(KILN_K_ATTN_BWD_DELTA, "kiln_attn_bwd_delta", "attention_bwd_sm80") \
   KILN_ATTN_BWD_KERNELS_FOR(X, f16)                              \
   KILN_ATTN_BWD_KERNELS_FOR(X, bf16)                             \

@@ -194,6 +194,18 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_THREADS 128
 #define KILN_ATTN_SMEM_BYTES(dp) ((KILN_ATTN_BR(dp) + 4 * KILN_ATTN_BC(dp)) * ((dp) + KILN_GEMM_PAD) * 2)
 
+/* The sm_90a FLASH forward (kernels/attention_sm90.cu), head dims padded to 64 or 128: 3
+ * warpgroups (a TMA producer, two consumers of 64 query rows) own WG_BM = 128 query rows and walk
+ * the keys in blocks of WG_BN = 128 through a ring of WG_STAGES K/V slots. Shared memory: the Q
+ * tile, the ring, 1 KB of alignment slack and the mbarriers (160 KB for D = 128, 145 KB for 64). */
+#define KILN_ATTN_WG_BM 128
+#define KILN_ATTN_WG_BN 128
+#define KILN_ATTN_WG_THREADS 384
+#define KILN_ATTN_WG_STAGES(dp) ((dp) <= 64 ? 4 : 2)
+#define KILN_ATTN_WG_SMEM_BYTES(dp)                                                                   \
+  ((KILN_ATTN_WG_BM + 2 * KILN_ATTN_WG_STAGES(dp) * KILN_ATTN_WG_BN) * (dp) * 2 + 1024 +              \
+   (1 + 3 * KILN_ATTN_WG_STAGES(dp)) * 8)
+
 /* The FLASH backward (kernels/attention_bwd_sm80.cu), 4 warps per block each:
  * dK/dV kernel: a block owns KV_BN = 64 keys (16 per warp) and KV_DO(dp) output columns (all of
  *   DP, or 128 of 256: D = 256 runs two blocks per key tile, each with its own half of dK and

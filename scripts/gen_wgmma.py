@@ -32,6 +32,34 @@ __device__ __forceinline__ void wgmma_m64n{n}k16(float (&d)[{n // 2}], uint64_t 
 """
 
 
+def wrapper_rs(n, dtype):
+    regs = n // 2
+    ops = ", ".join(f"%{i}" for i in range(regs))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    a = ", ".join(f"%{regs + i}" for i in range(4))
+    b, tb = regs + 4, regs + 5
+    return (
+        f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n"\n'
+        f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype} {{{ops}}}, {{{a}}}, %{b}, p, 1, 1, %{tb};\\n}}\\n"\n'
+        f"                 : {outs}\n"
+        f'                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TRANS_B));\n'
+    )
+
+
+def function_rs(n):
+    """A from registers (the m16n8k16 A fragment layout per warp: a[0] rows lane/4, k 2(lane%4)
+    + {0,1}; a[1] rows + 8; a[2], a[3] the same at k + 8), B from shared memory."""
+    return f"""
+template <bool BF16, int TRANS_B>
+__device__ __forceinline__ void wgmma_rs_m64n{n}k16(float (&d)[{n // 2}], const uint32_t (&a)[4], uint64_t desc_b) {{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (BF16)
+{wrapper_rs(n, "bf16")}  else
+{wrapper_rs(n, "f16")}#endif
+}}
+"""
+
+
 def function_s8(n):
     """int8: both operands k-major (wgmma has no transpose for 8-bit types), no .satfinite, so
     the s32 sums wrap modulo 2^32 as mma.sync's do."""
@@ -55,6 +83,11 @@ dispatch = "\n".join(
     for i, n in enumerate(NS)
 )
 
+dispatch_rs = "\n".join(
+    f"  {'if' if i == 0 else 'else if'} constexpr (N == {n})\n    wgmma_rs_m64n{n}k16<BF16, TRANS_B>(d, a, desc_b);"
+    for i, n in enumerate(NS)
+)
+
 dispatch_s8 = "\n".join(
     f"  {'if' if i == 0 else 'else if'} constexpr (N == {n})\n    wgmma_s8_m64n{n}k32(d, desc_a, desc_b);"
     for i, n in enumerate(NS)
@@ -65,6 +98,7 @@ print(f"""/*
  * d[N/2] += A(64x16, shared-memory descriptor) * B(16xN, descriptor) with one warpgroup, for
  * N in {", ".join(map(str, NS))}. TRANS_A / TRANS_B: 0 for K-major operands, 1 for M-/N-major
  * (transposed) ones. wgmma_m64k16<N> picks the instruction of width N.
+ * wgmma_rs_m64k16<N>: the same with A (64x16) in registers, one m16k16 fragment per warp.
  * d[N/2] += A(64x32 int8) * B(32xN int8) in s32, both k-major: wgmma_s8_m64k32<N>.
  */
 #pragma once
@@ -75,6 +109,11 @@ namespace kiln {{
 template <int N, bool BF16, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {{
 {dispatch}
+}}
+{"".join(function_rs(n) for n in NS)}
+template <int N, bool BF16, int TRANS_B>
+__device__ __forceinline__ void wgmma_rs_m64k16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) {{
+{dispatch_rs}
 }}
 {"".join(function_s8(n) for n in NS)}
 template <int N>

@@ -167,6 +167,40 @@ static void int8_paths(kiln_context *ctx) {
   assert_int_equal(fake("context_depth"), 0);
 }
 
+/* kiln_attention's FLASH forward on the fake sm_90 (run in CI, no GPU): AUTO, FLASH and
+ * FLASH_WGMMA encode rank-4 TMA maps of q, k, v (B = 1: its normalized stride 0 must become a
+ * valid one) and launch the WGMMA kernel; FLASH_MMA_SYNC launches the mma.sync one; FLASH_WGMMA
+ * refuses K/V heads repeated with stride 0 and D = 256, which FLASH sends to mma.sync. */
+static void attention_paths(kiln_context *ctx) {
+  const int allocations = fake("live_allocations");
+  DLManagedTensorVersioned *buf[4];
+  for (int i = 0; i < 4; i++) buf[i] = empty(ctx, TEST_F16, 2 * 100, 256); /* room for every view below */
+  int64_t shape[4] = {1, 2, 100, 64}, kv_shape[4] = {1, 2, 100, 64}, kv_strides[4] = {0, 6400, 64, 1};
+  DLTensor t[4];
+  for (int i = 0; i < 4; i++) t[i] = (DLTensor){buf[i]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, shape, NULL, 0};
+  kiln_attention_opts o = kiln_attention_opts_default();
+  const kiln_attention_algo algos[4] = {KILN_ATTENTION_AUTO, KILN_ATTENTION_FLASH, KILN_ATTENTION_FLASH_MMA_SYNC,
+                                        KILN_ATTENTION_FLASH_WGMMA};
+  for (int i = 0; i < 4; i++) {
+    o.algo = algos[i];
+    assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL));
+  }
+  t[1].shape = t[2].shape = kv_shape, t[1].strides = t[2].strides = kv_strides;
+  kv_strides[1] = 0; /* one K/V head seen as two */
+  assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "kiln_attention: algo FLASH_WGMMA cannot run this problem", "non-zero stride");
+  o.algo = KILN_ATTENTION_FLASH;
+  assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL));
+  shape[3] = kv_shape[3] = 256, kv_strides[1] = 25600, kv_strides[2] = 256;
+  assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL));
+  o.algo = KILN_ATTENTION_FLASH_WGMMA;
+  assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "it takes head dims up to 128 (" FAKE_NAME, "is sm_90, D is 256)");
+  for (int i = 0; i < 4; i++) kiln_tensor_free(buf[i]);
+  assert_int_equal(fake("live_allocations"), allocations);
+  assert_int_equal(fake("context_depth"), 0);
+}
+
 static kiln_context *create_device_0(void) {
   kiln_context *ctx = NULL;
   assert_kiln_ok(kiln_context_create(kDLCUDA, 0, &ctx));
@@ -191,6 +225,7 @@ static void healthy(void) {
   kiln_context *ctx = create_device_0();
   assert_context_usable(ctx, NULL);
   int8_paths(ctx);
+  attention_paths(ctx);
   CUstream s = NULL;
   assert_kiln_ok(kiln_stream_create(ctx, &s));
   assert_non_null(s);

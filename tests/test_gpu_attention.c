@@ -119,14 +119,20 @@ typedef struct acase {
 
 static double fwd_tol(DLDataType in) { return in.code == kDLBfloat ? 1e-2 : 2e-3; }
 
-/* Runs the case on the GPU and compares O (every element) and LSE. 1 = good. */
-static int run_case(const acase *c) {
+static int g_wgmma; /* the device is sm_90: KILN_ATTENTION_FLASH_WGMMA runs (D <= 128) */
+
+static const char *algo_name(kiln_attention_algo a) {
+  return a == KILN_ATTENTION_FLASH_MMA_SYNC ? "FLASH_MMA_SYNC" : a == KILN_ATTENTION_FLASH_WGMMA ? "FLASH_WGMMA" : "AUTO";
+}
+
+/* Runs the case on the GPU with one algo and compares O (every element) and LSE. 1 = good. */
+static int run_case_algo(const acase *c, kiln_attention_algo algo) {
   char what[256];
   snprintf(what, sizeof what,
-           "B%" PRId64 " Hq%" PRId64 " Hkv%" PRId64 " Sq%" PRId64 " Sk%" PRId64 " D%" PRId64 " %s->%s%s%s",
+           "B%" PRId64 " Hq%" PRId64 " Hkv%" PRId64 " Sq%" PRId64 " Sk%" PRId64 " D%" PRId64 " %s->%s%s%s %s",
            c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->in.code == kDLBfloat ? "bf16" : "f16",
            c->out.bits == 32 ? "f32" : c->out.code == kDLBfloat ? "bf16" : "f16", c->causal ? " causal" : "",
-           c->bshd ? " [B,S,H,D] views" : "");
+           c->bshd ? " [B,S,H,D] views" : "", algo_name(algo));
   t4 q, k, v, o, lse;
   t4_init(&q, c->B, c->Hq, c->Sq, c->D, c->in, c->bshd);
   t4_init(&k, c->B, c->Hkv, c->Sk, c->D, c->in, c->bshd);
@@ -137,6 +143,7 @@ static int run_case(const acase *c) {
   t4_random(&q), t4_random(&k), t4_random(&v);
   t4_copy(&o, 1), t4_copy(&lse, 1); /* NaN poison */
   kiln_attention_opts opts = kiln_attention_opts_default();
+  opts.algo = algo;
   opts.causal = c->causal;
   opts.scale = c->scale;
   kiln_status st = kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &opts, g_stream);
@@ -172,9 +179,18 @@ static int run_case(const acase *c) {
   return ok;
 }
 
+/* Every case through each FLASH kernel: the mma.sync one, and on sm_90 the WGMMA one where it
+ * applies (D <= 128); AUTO (the WGMMA kernel there, else mma.sync) is checked to pick it by
+ * `deterministic`. */
+static int run_case(const acase *c) {
+  int failures = !run_case_algo(c, KILN_ATTENTION_FLASH_MMA_SYNC);
+  if (g_wgmma && c->D <= 128) failures += !run_case_algo(c, KILN_ATTENTION_FLASH_WGMMA);
+  return failures;
+}
+
 static int run_cases(const acase *cs, int n) {
   int failures = 0;
-  for (int i = 0; i < n; i++) failures += !run_case(&cs[i]);
+  for (int i = 0; i < n; i++) failures += run_case(&cs[i]);
   return failures;
 }
 
@@ -246,7 +262,8 @@ static void fully_masked_rows(void **state) {
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
 }
 
-/* The same call twice gives the same bits. */
+/* The same call twice gives the same bits; on sm_90, AUTO's bits are FLASH_WGMMA's (it picks the
+ * WGMMA kernel) and FLASH's too, elsewhere FLASH_MMA_SYNC's. */
 static void deterministic(void **state) {
   (void)state;
   test_seed(15);
@@ -265,6 +282,17 @@ static void deterministic(void **state) {
     if (run == 0) memcpy(first, o.host, bytes);
   }
   assert_memory_equal(first, o.host, bytes);
+  kiln_attention_opts opts = kiln_attention_opts_default();
+  const kiln_attention_algo same[2] = {KILN_ATTENTION_FLASH,
+                                       g_wgmma ? KILN_ATTENTION_FLASH_WGMMA : KILN_ATTENTION_FLASH_MMA_SYNC};
+  for (int i = 0; i < 2; i++) {
+    opts.algo = same[i];
+    test_poison(o.host, o.dt, o.n);
+    t4_copy(&o, 1);
+    assert_kiln_ok(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream));
+    t4_copy(&o, 0);
+    assert_memory_equal(first, o.host, bytes);
+  }
   free(first);
   t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o);
 }
@@ -281,6 +309,35 @@ static void refusals(void **state) {
   opts.algo = KILN_ATTENTION_SMEM;
   assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream), KILN_ERROR_UNSUPPORTED,
                     "kiln_attention: algo SMEM has no GPU kernel yet");
+  /* FLASH_WGMMA: sm_90 only; there, head dims up to 128 and no stride-0 repeats of rows */
+  opts.algo = KILN_ATTENTION_FLASH_WGMMA;
+  if (!g_wgmma) {
+    assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream), KILN_ERROR_UNSUPPORTED,
+                      "kiln_attention: algo FLASH_WGMMA cannot run this problem: it needs an sm_90 GPU",
+                      "_FLASH_MMA_SYNC");
+  } else {
+    assert_kiln_ok(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream)); /* D = 40: padded */
+    t4 q2, k2, v2, o2, q256, o256;
+    t4_init(&q2, 1, 2, 16, 40, TEST_F16, 0);
+    t4_init(&k2, 1, 1, 16, 40, TEST_F16, 0);
+    t4_init(&v2, 1, 1, 16, 40, TEST_F16, 0);
+    t4_init(&o2, 1, 2, 16, 40, TEST_F16, 0);
+    t4_random(&q2), t4_random(&k2), t4_random(&v2);
+    k2.shape[1] = v2.shape[1] = 2; /* one K/V head seen as two, stride 0 */
+    k2.strides[1] = v2.strides[1] = 0;
+    assert_kiln_fails(kiln_attention(g_ctx, &q2.t, &k2.t, &v2.t, &o2.t, NULL, &opts, g_stream),
+                      KILN_ERROR_UNSUPPORTED, "algo FLASH_WGMMA cannot run this problem",
+                      "non-zero stride over every dimension of size > 1");
+    opts.algo = KILN_ATTENTION_FLASH; /* picks the mma.sync kernel for it */
+    assert_kiln_ok(kiln_attention(g_ctx, &q2.t, &k2.t, &v2.t, &o2.t, NULL, &opts, g_stream));
+    assert_kiln_ok(kiln_stream_synchronize(g_ctx, g_stream));
+    opts.algo = KILN_ATTENTION_FLASH_WGMMA;
+    t4_init(&q256, 1, 1, 16, 256, TEST_F16, 0);
+    t4_init(&o256, 1, 1, 16, 256, TEST_F16, 0);
+    assert_kiln_fails(kiln_attention(g_ctx, &q256.t, &q256.t, &q256.t, &o256.t, NULL, &opts, g_stream),
+                      KILN_ERROR_UNSUPPORTED, "it takes head dims up to 128", "D is 256");
+    t4_free(&q2), t4_free(&k2), t4_free(&v2), t4_free(&o2), t4_free(&q256), t4_free(&o256);
+  }
   /* D = 36: not a multiple of 8 */
   q.shape[3] = k.shape[3] = v.shape[3] = o.shape[3] = 36;
   assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, NULL, g_stream), KILN_ERROR_UNSUPPORTED,
@@ -545,6 +602,10 @@ static void backward_workspace_refused(void **state) {
 int main(int argc, char **argv) {
   test_apply_filter(argc, argv);
   g_ctx = test_gpu_context_or_skip(); /* exits 77 (skipped) without a usable GPU */
+  kiln_device_info info;
+  memset(&info, 0, sizeof info);
+  if (kiln_context_info(g_ctx, &info) == KILN_OK) g_wgmma = info.cc_major == 9 && info.cc_minor == 0;
+  printf("gpu_attention: sm_%d%d, algo FLASH_WGMMA %s\n", info.cc_major, info.cc_minor, g_wgmma ? "runs" : "refused");
   if (kiln_stream_create(g_ctx, &g_stream) != KILN_OK) {
     printf("FAIL: kiln_stream_create: %s\n", kiln_last_error());
     return 1;

@@ -114,6 +114,8 @@ class AttentionAlgo(enum.IntEnum):
     AUTO = 0
     SMEM = 1
     FLASH = 2
+    FLASH_MMA_SYNC = 3
+    FLASH_WGMMA = 4
 
 
 class QFormat(enum.IntEnum):

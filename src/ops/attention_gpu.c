@@ -2,10 +2,11 @@
  * attention_gpu.c — kiln_attention's GPU side: check what the kernels need beyond the op's
  * contract, choose a kernel for a validated problem, launch.
  *
- * The FLASH forward (kernels/attention_sm80.cu) copies 16-byte chunks of Q, K and V rows with
- * cp.async, so it needs D == Dv, D a multiple of 8, contiguous head dimensions and 16-byte
+ * The FLASH forward copies 16-byte chunks of Q, K and V rows (cp.async in
+ * kernels/attention_sm80.cu; TMA in kernels/attention_sm90.cu, the sm_90 kernel for head dims up
+ * to 128), so it needs D == Dv, D a multiple of 8, contiguous head dimensions and 16-byte
  * aligned rows (data pointers and every stride multiples of 8 elements). It is instantiated for
- * D padded to 64, 128 or 256. The FLASH backward (kernels/attention_bwd_sm80.cu) has the same
+ * D padded to 64, 128 or 256 (sm_90a: 64 or 128). The FLASH backward (kernels/attention_bwd_sm80.cu) has the same
  * needs of Q, K and V; dO may be anything (converted into the workspace when needed), dQ, dK,
  * dV any strides and float dtype. f32 inputs and the SMEM algorithm have no GPU kernel yet: they
  * are refused with UNSUPPORTED and a message saying so.
@@ -59,6 +60,70 @@ static kiln_kernel_id family_kernel(kiln_kernel_id f16_d64, kiln_kernel_id bf16_
   return (kiln_kernel_id)((a->in_dtype == KILN_DT_BF16 ? bf16_d64 : f16_d64) + (dp == 64 ? 0 : dp == 128 ? 1 : 2));
 }
 
+/* ---- the sm_90a forward (kernels/attention_sm90.cu) ---------------------------------------- */
+/* It takes head dims padded to 64 or 128 on an sm_90 device, through TMA maps of Q, K and V,
+ * which need what check_flash asks (16-byte aligned data, strides multiples of 16 bytes) and a
+ * non-zero stride over every dimension of size > 1 (a view that repeats rows with stride 0,
+ * e.g. K expanded over heads, goes to the MMA_SYNC kernel). */
+static bool strided(int64_t n, int64_t stride) { return n == 1 || stride != 0; }
+static const char *wgmma_misfit(const kiln_context *ctx, const kiln_attn_args *a) {
+  if (ctx->arch != 90) return "it needs an sm_90 GPU (Hopper: H100, H200)";
+  if (padded_dim(a->d) > 128) return "it takes head dims up to 128";
+  if (!strided(a->sq, a->q_ss) || !strided(a->hq, a->q_hs) || !strided(a->batch, a->q_bs) ||
+      !strided(a->sk, a->k_ss) || !strided(a->hkv, a->k_hs) || !strided(a->batch, a->k_bs) ||
+      !strided(a->sk, a->v_ss) || !strided(a->hkv, a->v_hs) || !strided(a->batch, a->v_bs))
+    return "its TMA loads need a non-zero stride over every dimension of size > 1 of q, k and v";
+  return NULL;
+}
+
+/* A rank-4 TMA map of q, k or v: dimensions (D, S, H, B) innermost first, strides in bytes, box
+ * 64 elements of D (128 bytes, the swizzle width; D < 64 is zero-filled) by `rows`. A size-1
+ * dimension has stride 0 in the args (normalized); TMA wants a multiple of 16 bytes there and
+ * addresses nothing with it, so it gets the compact value. */
+static kiln_status attn_map(const kiln_context *ctx, const char *op, const char *name, const kiln_attn_args *a,
+                            const void *data, int64_t s, int64_t h, const int64_t stride[3], uint32_t rows,
+                            kiln_tensor_map *map) {
+  const uint64_t dims[4] = {(uint64_t)a->d, (uint64_t)s, (uint64_t)h, (uint64_t)a->batch};
+  uint64_t strides[3], compact = (uint64_t)a->d * 2;
+  for (int i = 0; i < 3; i++) {
+    strides[i] = stride[i] != 0 ? (uint64_t)stride[i] * 2 : (compact + 15) & ~15ull;
+    compact = strides[i] * dims[i + 1];
+    if (strides[i] >= (1ull << 40))
+      return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                       "%s: algo FLASH_WGMMA: a stride of %s is %" PRIu64 " bytes, beyond what TMA addresses (2^40); "
+                       "use KILN_ATTENTION_FLASH_MMA_SYNC",
+                       op, name, strides[i]);
+  }
+  const uint32_t box[4] = {64, rows, 1, 1}, unit[4] = {1, 1, 1, 1};
+  const int type = a->in_dtype == KILN_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  CUresult r = ctx->cu->cuTensorMapEncodeTiled(map, type, 4, (void *)(uintptr_t)data, dims, strides, box, unit,
+                                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
+}
+
+static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const kiln_attn_args *a, CUstream stream) {
+  kiln_tensor_map map_q, map_k, map_v;
+  const int64_t qs[3] = {a->q_ss, a->q_hs, a->q_bs}, ks[3] = {a->k_ss, a->k_hs, a->k_bs},
+                vs[3] = {a->v_ss, a->v_hs, a->v_bs};
+  kiln_status st;
+  if ((st = attn_map(ctx, op, "q", a, a->q, a->sq, a->hq, qs, KILN_ATTN_WG_BM, &map_q)) ||
+      (st = attn_map(ctx, op, "k", a, a->k, a->sk, a->hkv, ks, KILN_ATTN_WG_BN, &map_k)) ||
+      (st = attn_map(ctx, op, "v", a, a->v, a->sk, a->hkv, vs, KILN_ATTN_WG_BN, &map_v)))
+    return st;
+  const int dp = padded_dim(a->d);
+  const kiln_kernel_id kernel = (kiln_kernel_id)((a->in_dtype == KILN_DT_BF16 ? KILN_K_ATTN_FWD_WG_bf16_D64
+                                                                              : KILN_K_ATTN_FWD_WG_f16_D64) +
+                                                 (dp == 64 ? 0 : 1));
+  kiln_attn_args args = *a;
+  void *params[] = {&args, &map_q, &map_k, &map_v};
+  const unsigned tiles = (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM);
+  return kiln_launch(ctx, kernel, tiles, (unsigned)a->hq, (unsigned)a->batch, KILN_ATTN_WG_THREADS,
+                     (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp), stream, params, op);
+}
+
+/* FLASH (and AUTO): the WGMMA kernel where it fits, else MMA_SYNC; the explicit algos run theirs
+ * or say why not. */
 kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo,
                                        CUstream stream) {
   if (algo == KILN_ATTENTION_SMEM)
@@ -66,6 +131,13 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
                      "%s: algo SMEM has no GPU kernel yet; use KILN_ATTENTION_AUTO or _FLASH", op);
   kiln_status st = check_flash(op, a);
   if (st) return st;
+  const char *misfit = algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "" : wgmma_misfit(ctx, a);
+  if (algo == KILN_ATTENTION_FLASH_WGMMA && misfit)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: algo FLASH_WGMMA cannot run this problem: %s (%s is sm_%d, D is %d); use "
+                     "KILN_ATTENTION_FLASH, which picks the kernel, or _FLASH_MMA_SYNC",
+                     op, misfit, ctx->info.name, ctx->arch, a->d);
+  if (!misfit) return launch_wgmma(ctx, op, a, stream);
   const int dp = padded_dim(a->d);
   const kiln_kernel_id kernel = family_kernel(KILN_K_ATTN_FWD_f16_D64, KILN_K_ATTN_FWD_bf16_D64, a);
   kiln_attn_args args = *a;
@@ -74,7 +146,6 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
   return kiln_launch(ctx, kernel, tiles, (unsigned)a->hq, (unsigned)a->batch, KILN_ATTN_THREADS,
                      (unsigned)KILN_ATTN_SMEM_BYTES(dp), stream, params, op);
 }
-
 
 /* The backward's workspace: delta (f32 per query row), then, when the MMA kernels cannot read dO
  * as given (another dtype than Q, a strided head dimension or unaligned rows), a compact copy of

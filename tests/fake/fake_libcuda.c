@@ -474,8 +474,10 @@ static CUresult fake_tensor_map_encode(void *map, int dtype, uint32_t rank, void
   (void)dtype, (void)interleave, (void)swizzle, (void)l2, (void)oob;
   if (!map || rank < 1 || rank > 5 || !address || !dims || (rank > 1 && !strides) || !box || !element_strides)
     return E_INVALID_VALUE;
-  for (uint32_t i = 0; i + 1 < rank; i++)
-    if (strides[i] % 16) return E_INVALID_VALUE; /* TMA strides are multiples of 16 bytes */
+  for (uint32_t i = 0; i + 1 < rank; i++) /* TMA strides: non-zero multiples of 16 bytes below 2^40 */
+    if (strides[i] % 16 || strides[i] == 0 || strides[i] >= (1ull << 40)) return E_INVALID_VALUE;
+  for (uint32_t i = 0; i < rank; i++)
+    if (box[i] == 0 || box[i] > 256 || dims[i] == 0) return E_INVALID_VALUE;
   memset(map, 0, 128);
   memcpy(map, &address, sizeof address);
   return OK;

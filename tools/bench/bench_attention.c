@@ -23,12 +23,16 @@ const char bench_attention_usage[] =
     "  Shapes: B·S = 16384, H·D = 2048, S in 512..16384 (--quick: 2048, 8192), D in 64, 128.\n"
     "  --dtype f16|bf16|all   input and output dtype (default f16)\n"
     "  --causal 0|1|all       (default all)\n"
+    "  --algo auto|mma_sync|wgmma|all  FLASH kernel (default auto: what kiln picks; all: mma_sync, and\n"
+    "                         wgmma on sm_90; the backward runs the mma_sync kernels whatever the algo)\n"
     "  --peer FILE            peer times from scripts/bench_sdpa.py (lines: S D causal dtype fwd_us fwdbwd_us)\n" BENCH_COMMON_USAGE;
 
 typedef struct attn_opts {
   bench_dtype dtypes[2];
   int n_dtypes;
   int causal_lo, causal_hi;
+  kiln_attention_algo algos[2];
+  int n_algos; /* 0: all the device runs */
   const char *peer_path;
   bench_common common;
 } attn_opts;
@@ -108,8 +112,12 @@ static int time_row(bench_env *env, bench_fn fn, attn_call *c, const char *op, c
   return 0;
 }
 
+static const char *algo_label(kiln_attention_algo a) {
+  return a == KILN_ATTENTION_FLASH_MMA_SYNC ? "flash mma_sync" : a == KILN_ATTENTION_FLASH_WGMMA ? "flash wgmma" : "flash";
+}
+
 static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtype dt, const peer_time *peers,
-                    int n_peers) {
+                    int n_peers, const kiln_attention_algo *algos, int n_algos) {
   const int64_t B = 16384 / S, H = 2048 / D, count = B * H * S * D;
   const size_t bytes = (size_t)count * bench_dtype_size(dt);
   CUdeviceptr buf[8] = {0}, lse = 0, ws = 0; /* q k v o dout dq dk dv */
@@ -134,15 +142,18 @@ static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtyp
   if (c.ws_bytes && (rc = bench_alloc(env, c.ws_bytes, &ws))) goto done;
   c.ws = (void *)(uintptr_t)ws;
 
-  char shape_s[48], algo_s[24];
+  char shape_s[48], algo_s[32];
   snprintf(shape_s, sizeof shape_s, "B%lldH%lldS%lldD%lld", (long long)B, (long long)H, (long long)S, (long long)D);
-  snprintf(algo_s, sizeof algo_s, "flash%s", causal ? " causal" : "");
   /* forward 4·B·H·S²·D, half when causal; backward 2.5x the forward */
   const double flops = 4.0 * (double)B * (double)H * (double)S * (double)S * (double)D / (causal ? 2.0 : 1.0);
   const peer_time *pt = find_peer(peers, n_peers, S, D, causal, dt);
-  if ((rc = time_row(env, attn_call_fn, &c, "attention", shape_s, dt, algo_s, flops, pt ? pt->us : NAN))) goto done;
-  rc = time_row(env, attn_fwdbwd_fn, &c, "attention fwd+bwd", shape_s, dt, algo_s, 3.5 * flops,
-                pt ? pt->bwd_us : NAN);
+  for (int a = 0; a < n_algos && !rc; a++) {
+    c.opts.algo = algos[a];
+    snprintf(algo_s, sizeof algo_s, "%s%s", algo_label(algos[a]), causal ? " causal" : "");
+    if ((rc = time_row(env, attn_call_fn, &c, "attention", shape_s, dt, algo_s, flops, pt ? pt->us : NAN))) break;
+    rc = time_row(env, attn_fwdbwd_fn, &c, "attention fwd+bwd", shape_s, dt, algo_s, 3.5 * flops,
+                  pt ? pt->bwd_us : NAN);
+  }
 done:
   for (int i = 0; i < 8; i++) bench_free(env, buf[i]);
   bench_free(env, lse), bench_free(env, ws);
@@ -150,7 +161,8 @@ done:
 }
 
 int bench_attention_main(int argc, char **argv) {
-  attn_opts o = {.dtypes = {BENCH_F16}, .n_dtypes = 1, .causal_lo = 0, .causal_hi = 1};
+  attn_opts o = {.dtypes = {BENCH_F16}, .n_dtypes = 1, .causal_lo = 0, .causal_hi = 1, .algos = {KILN_ATTENTION_AUTO},
+                 .n_algos = 1};
   bench_common_init(&o.common);
   for (int i = 1; i < argc; i++) {
     int c = bench_parse_common(argc, argv, &i, &o.common);
@@ -170,6 +182,12 @@ int bench_attention_main(int argc, char **argv) {
     } else if (!strcmp(a, "--causal") && v && (!strcmp(v, "0") || !strcmp(v, "1") || !strcmp(v, "all"))) {
       o.causal_lo = !strcmp(v, "1");
       o.causal_hi = strcmp(v, "0") ? 1 : 0;
+    } else if (!strcmp(a, "--algo") && v &&
+               (!strcmp(v, "auto") || !strcmp(v, "mma_sync") || !strcmp(v, "wgmma") || !strcmp(v, "all"))) {
+      o.n_algos = strcmp(v, "all") ? 1 : 0;
+      o.algos[0] = !strcmp(v, "mma_sync") ? KILN_ATTENTION_FLASH_MMA_SYNC
+                   : !strcmp(v, "wgmma")  ? KILN_ATTENTION_FLASH_WGMMA
+                                          : KILN_ATTENTION_AUTO;
     } else if (!strcmp(a, "--peer") && v) {
       o.peer_path = v;
     } else {
@@ -190,13 +208,16 @@ int bench_attention_main(int argc, char **argv) {
   static const int64_t full[] = {512, 1024, 2048, 4096, 8192, 16384}, quick[] = {2048, 8192};
   const int64_t *ss = o.common.quick ? quick : full;
   const int n_s = o.common.quick ? 2 : 6;
+  const kiln_attention_algo all[2] = {KILN_ATTENTION_FLASH_MMA_SYNC, KILN_ATTENTION_FLASH_WGMMA};
+  const kiln_attention_algo *algos = o.n_algos ? o.algos : all;
+  const int n_algos = o.n_algos ? o.n_algos : env.info.cc_major == 9 && env.info.cc_minor == 0 ? 2 : 1;
   bench_table_header(BENCH_TFLOPS);
   int dead = 0;
   for (int di = 0; di < 2 && !dead; di++)
     for (int ci = o.causal_lo; ci <= o.causal_hi && !dead; ci++)
       for (int t = 0; t < o.n_dtypes && !dead; t++)
         for (int si = 0; si < n_s && !dead; si++)
-          dead = run_case(&env, ss[si], di ? 128 : 64, ci, o.dtypes[t], peers, n_peers) < 0;
+          dead = run_case(&env, ss[si], di ? 128 : 64, ci, o.dtypes[t], peers, n_peers, algos, n_algos) < 0;
   if (dead) fprintf(stderr, "kiln-bench attention: stopping: the device reported an error (see above)\n");
   return bench_env_close(&env);
 }
