@@ -49,18 +49,19 @@ KILN_DEVICE float exp2_fast(float x) {
   return y;
 }
 
-/* One key block's online-softmax update of a warp's m16 row tile (FlashAttention-2), shared by
+/* One key block's online-softmax step for a warp's m16 row tile (FlashAttention-2), shared by
  * the sm_80 and sm_90a forwards. s: the block's raw scores Q·Kᵀ as NT n8 accumulator fragments,
  * replaced by P = exp2(s·sl2 - m'·sl2) (sl2 = scale·log2 e > 0); m: the two rows' running
- * maxima of raw scores (-inf while nothing is visible), l: this lane's partial row sums, o: the
- * output accumulator (OT fragments), rescaled by exp2((m - m')·sl2).
+ * maxima of raw scores (-inf while nothing is visible), l: this lane's partial row sums, both
+ * updated; corr: what the output accumulator must be multiplied by, exp2((m - m')·sl2) (see
+ * rescale; the sm_90a kernel applies it only once its previous P·V has retired).
  * MASK: element e of fragment j is key key0 + 8 j + (e & 1) of row row0 + 8 (e >> 1) (key0, row0
  * include the lane's offsets), visible iff key < sk and (not causal or key <= row + shift);
  * an invisible score becomes -inf. A row with nothing visible yet uses 0 as its stand-in
  * maximum, so exp2(-inf - 0) = 0 and no NaN arises. */
-template <bool MASK, int NT, int OT>
-KILN_DEVICE void softmax_update(float (&s)[NT][4], float (&o)[OT][4], float (&m)[2], float (&l)[2], float sl2,
-                                int key0, int row0, int sk, int causal, int shift) {
+template <bool MASK, int NT>
+KILN_DEVICE void softmax_step(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&corr)[2], float sl2, int key0,
+                              int row0, int sk, int causal, int shift) {
   float mnew[2] = {m[0], m[1]};
 #pragma unroll
   for (int j = 0; j < NT; j++)
@@ -72,7 +73,7 @@ KILN_DEVICE void softmax_update(float (&s)[NT][4], float (&o)[OT][4], float (&m)
       }
       mnew[e >> 1] = fmaxf(mnew[e >> 1], s[j][e]);
     }
-  float corr[2], mu[2], rsum[2] = {0.f, 0.f};
+  float mu[2], rsum[2] = {0.f, 0.f};
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     mnew[r] = fmaxf(mnew[r], __shfl_xor_sync(0xffffffffu, mnew[r], 1));
@@ -90,6 +91,11 @@ KILN_DEVICE void softmax_update(float (&s)[NT][4], float (&o)[OT][4], float (&m)
     }
 #pragma unroll
   for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + rsum[r];
+}
+
+/* O·corr for the output accumulator's OT fragments (rows lane/4 and lane/4 + 8). */
+template <int OT>
+KILN_DEVICE void rescale(float (&o)[OT][4], const float (&corr)[2]) {
 #pragma unroll
   for (int j = 0; j < OT; j++) {
     o[j][0] *= corr[0];

@@ -127,9 +127,12 @@ __device__ __forceinline__ void forward(const kiln_attn_args &p) {
 
     /* mask, online softmax: s becomes P */
 #pragma unroll
-    for (int i = 0; i < MT; i++)
-      softmax_update<true>(s[i], o[i], m[i], l[i], sl2, blk * BC + (lane % 4) * 2, row0 + 16 * i, p.sk, p.causal,
-                           shift);
+    for (int i = 0; i < MT; i++) {
+      float corr[2];
+      softmax_step<true>(s[i], m[i], l[i], corr, sl2, blk * BC + (lane % 4) * 2, row0 + 16 * i, p.sk, p.causal,
+                         shift);
+      rescale(o[i], corr);
+    }
 
     /* O += P·V: k16 step t uses S fragments 2t and 2t+1 of each row tile as its A fragment */
 #pragma unroll

@@ -14,11 +14,12 @@
  *                 released it (`empty`).
  *   warpgroups 1-2 consumers: 64 query rows each. Per key block:
  *                 S = Q·Kᵀ       wgmma m64n128k16, Q and K both k-major (D contiguous) in smem
- *                 softmax        attention.cuh's online update on the S registers -> P
+ *                 softmax        attention.cuh's online step on the S registers -> P
  *                 O += P·V       wgmma m64nDk16 with P from registers (the accumulator layout of
  *                                S is the A-fragment layout, as with mma.sync) and V in smem,
  *                                read n-major (D contiguous) with the transpose flag.
- * The two consumer warpgroups interleave on the SM: one's softmax runs while the other's MMAs do.
+ *                 Within a warpgroup the softmax of block j overlaps P·V of block j - 1 (issued
+ *                 with Q·K(j)ᵀ); across them, one's softmax runs while the other's MMAs do.
  * setmaxnreg gives the consumers 232 registers (S: 64, O: up to 64 fp32 per thread).
  *
  * Layouts: every TMA box is 64 elements (128 bytes, the swizzle width) of D by BM or BN rows,
@@ -100,16 +101,13 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
     const float sl2 = p.scale * 1.4426950408889634f; /* scale·log2 e */
     const int row0 = q0 + 64 * cw + 16 * warp + lane / 4; /* this lane's rows: row0, row0 + 8 */
     const uint8_t *sqw = sq + cw * 64 * 128;              /* this warpgroup's 64 rows of each chunk */
-    mbar_wait(q_full, 0);
-    for (int blk = 0; blk < nblocks; blk++) {
-      const int s = blk % STAGES;
-      const uint32_t phase = (blk / STAGES) & 1;
-      const uint8_t *sk = ring + s * 2 * KV_BYTES, *sv = sk + KV_BYTES;
-
-      /* S = Q·Kᵀ: DP / 16 k16 steps, 32 bytes along the 128-byte row, then the next chunk */
+    /* S = Q·K(blk)ᵀ issued (not waited for): DP / 16 k16 steps, 32 bytes along the 128-byte row,
+     * then the next chunk */
+    auto issue_qk = [&](int blk) {
+      const uint8_t *sk = ring + (blk % STAGES) * 2 * KV_BYTES;
 #pragma unroll
       for (int i = 0; i < BN / 2; i++) sc[i] = 0.f;
-      mbar_wait(&k_full[s], phase);
+      mbar_wait(&k_full[blk % STAGES], (blk / STAGES) & 1);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < DP / 16; ks++) {
@@ -118,27 +116,55 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
                                      smem_desc(sk + (ks / 4) * KV_CHUNK + off, 16, 1024));
       }
       wgmma_commit();
-      wgmma_wait<0>();
-
-      /* mask only the blocks that hold keys past Sk or right of the first row's diagonal */
-      const int k0 = blk * BN;
-      if (k0 + BN > p.sk || (p.causal && k0 + BN - 1 > q0 + shift))
-        softmax_update<true>(s4, o4, m, l, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
-      else
-        softmax_update<false>(s4, o4, m, l, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
-      uint32_t pa[BN / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
-
-      /* O += P·V: BN / 16 k16 steps of 16 key rows (2048 bytes) of V, read n-major */
-      mbar_wait(&v_full[s], phase);
+    };
+    /* O += P·V(blk) issued: BN / 16 k16 steps of 16 key rows (2048 bytes) of V, read n-major */
+    uint32_t pa[BN / 16][4];
+    auto issue_pv = [&](int blk) {
+      const uint8_t *sv = ring + (blk % STAGES) * 2 * KV_BYTES + KV_BYTES;
+      mbar_wait(&v_full[blk % STAGES], (blk / STAGES) & 1);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++)
         wgmma_rs_m64k16<DP, BF16, 1>(o, pa[kk], smem_desc(sv + 2048 * kk, KV_CHUNK, 1024));
       wgmma_commit();
+    };
+    /* the softmax of block blk's scores (masked only where the block holds keys past Sk or right
+     * of the tile's first row's diagonal); corr for O */
+    float corr[2];
+    auto softmax = [&](int blk) {
+      const int k0 = blk * BN;
+      if (k0 + BN > p.sk || (p.causal && k0 + BN - 1 > q0 + shift))
+        softmax_step<true>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
+      else
+        softmax_step<false>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
+    };
+    mbar_wait(q_full, 0);
+    /* Intra-warpgroup overlap (FlashAttention-3): Q·K(j)ᵀ and P(j-1)·V(j-1) are issued together and
+     * the softmax of S(j) runs while the tensor cores still work on P·V; O is rescaled once that
+     * product has retired ((O + P(j-1)·V(j-1)) and P(j-1) share the maximum m(j-1), so scaling the
+     * sum by exp2((m(j-1) - m(j))·sl2) is exact). Slot j-1 is released after its P·V. */
+    if (nblocks > 0) {
+      issue_qk(0);
       wgmma_wait<0>();
-      if (t == 0) mbar_arrive(&empty[s]); /* this warpgroup is done with slot s */
+      softmax(0); /* O is still 0: corr unused */
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
+    }
+    for (int blk = 1; blk < nblocks; blk++) {
+      issue_qk(blk);
+      issue_pv(blk - 1);
+      wgmma_wait<1>(); /* S(blk) is ready; P·V(blk - 1) may still run */
+      softmax(blk);
+      wgmma_wait<0>();
+      if (t == 0) mbar_arrive(&empty[(blk - 1) % STAGES]); /* this warpgroup is done with slot blk - 1 */
+      rescale(o4, corr);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
+    }
+    if (nblocks > 0) {
+      issue_pv(nblocks - 1);
+      wgmma_wait<0>();
+      if (t == 0) mbar_arrive(&empty[(nblocks - 1) % STAGES]);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) store_row(p, b, h, row0 + 8 * r, m[r], l[r], sl2, o4, r, lane);

@@ -197,11 +197,11 @@ typedef struct kiln_attn_args {
 /* The sm_90a FLASH forward (kernels/attention_sm90.cu), head dims padded to 64 or 128: 3
  * warpgroups (a TMA producer, two consumers of 64 query rows) own WG_BM = 128 query rows and walk
  * the keys in blocks of WG_BN = 128 through a ring of WG_STAGES K/V slots. Shared memory: the Q
- * tile, the ring, 1 KB of alignment slack and the mbarriers (160 KB for D = 128, 145 KB for 64). */
+ * tile, the ring, 1 KB of alignment slack and the mbarriers (225 KB for D = 128, 145 KB for 64). */
 #define KILN_ATTN_WG_BM 128
 #define KILN_ATTN_WG_BN 128
 #define KILN_ATTN_WG_THREADS 384
-#define KILN_ATTN_WG_STAGES(dp) ((dp) <= 64 ? 4 : 2)
+#define KILN_ATTN_WG_STAGES(dp) ((dp) <= 64 ? 4 : 3)
 #define KILN_ATTN_WG_SMEM_BYTES(dp)                                                                   \
   ((KILN_ATTN_WG_BM + 2 * KILN_ATTN_WG_STAGES(dp) * KILN_ATTN_WG_BN) * (dp) * 2 + 1024 +              \
    (1 + 3 * KILN_ATTN_WG_STAGES(dp)) * 8)
