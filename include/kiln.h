@@ -531,10 +531,9 @@ typedef enum kiln_attention_algo {
                              * f16/bf16 inputs, D == Dv a multiple of 8 (<= 256), contiguous
                              * head dims and 16-byte aligned rows (else UNSUPPORTED) */
   KILN_ATTENTION_FLASH_MMA_SYNC = 3, /* FLASH with the sm_80+ FlashAttention-2 style kernels */
-  KILN_ATTENTION_FLASH_WGMMA = 4,    /* FLASH forward with the sm_90a FlashAttention-3 style
-                                      * kernel (wgmma + TMA): sm_90 only, D <= 128; UNSUPPORTED
-                                      * otherwise. The backward has no WGMMA kernel yet and runs
-                                      * the MMA_SYNC one for this algo. */
+  KILN_ATTENTION_FLASH_WGMMA = 4,    /* FLASH with the sm_90a FlashAttention-3 style kernels
+                                      * (wgmma + TMA), forward and backward: sm_90 only, D <= 128,
+                                      * no stride-0 repeats in q, k, v; UNSUPPORTED otherwise */
 } kiln_attention_algo;
 
 typedef struct kiln_attention_opts {
@@ -558,7 +557,8 @@ KILN_API kiln_status kiln_attention(kiln_context *ctx, const DLTensor *q, const 
  * query heads of each group. GPU (FLASH; the same needs of q, k, v as the forward): fp32
  * accumulation, deterministic whatever opts->deterministic says (no atomics); the workspace
  * (size query; 256-byte aligned) holds f32 per-row dO·O and, when dO is not of q's dtype or not
- * 16-byte aligned with a contiguous head dimension, a converted copy of dO. */
+ * 16-byte aligned with a contiguous head dimension or repeats rows with a zero stride, a converted
+ * copy of dO. */
 KILN_API kiln_status kiln_attention_backward_workspace_size(kiln_context *ctx, const DLTensor *q, const DLTensor *k,
                                                             const DLTensor *v, const DLTensor *o,
                                                             const DLTensor *lse, const DLTensor *dout,

@@ -130,5 +130,29 @@ KILN_DEVICE void store_row(const kiln_attn_args &p, int b, int h, int row, float
     p.lse[b * p.lse_bs + h * p.lse_hs + row] = l > 0.f ? (m * sl2 + log2f(l)) * 0.6931471805599453f : -INFINITY;
 }
 
+constexpr float LOG2E = 1.4426950408889634f;
+
+/* The forward's LSE in log2 units, with "no contribution" (-inf: no visible key) as +inf. */
+KILN_DEVICE float lse_log2(float lse) { return lse == -INFINITY ? INFINITY : lse * LOG2E; }
+
+/* Stores a warp's 16 x (NT·8) f32 accumulator (rows r0 + lane/4 (+8), columns c0 + …) times
+ * mul into out (element (row, col) at base + row·rs + col·cs, dtype dt), predicated. */
+template <int NT>
+KILN_DEVICE void store_rows(const float (&acc)[NT][4], void *out, int64_t base, int64_t rs, int64_t cs, int dt,
+                            int r0, int rows, int c0, int cols, float mul, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int r = r0 + lane / 4 + 8 * h;
+    if (r >= rows) continue;
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int c = c0 + j * 8 + (lane % 4) * 2 + e;
+        if (c < cols) kiln_store_from_f32(out, base + r * rs + c * cs, dt, acc[j][2 * h + e] * mul);
+      }
+  }
+}
+
 } /* namespace attn */
 } /* namespace kiln */

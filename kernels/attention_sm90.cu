@@ -19,7 +19,8 @@
  *                                S is the A-fragment layout, as with mma.sync) and V in smem,
  *                                read n-major (D contiguous) with the transpose flag.
  *                 Within a warpgroup the softmax of block j overlaps P·V of block j - 1 (issued
- *                 with Q·K(j)ᵀ); across them, one's softmax runs while the other's MMAs do.
+ *                 with Q·K(j)ᵀ); the two warpgroups take turns to issue their MMAs (ping-pong),
+ *                 so that one's softmax runs while the other's MMAs do.
  * setmaxnreg gives the consumers 232 registers (S: 64, O: up to 64 fp32 per thread).
  *
  * Layouts: every TMA box is 64 elements (128 bytes, the swizzle width) of D by BM or BN rows,
@@ -32,8 +33,7 @@
  * are scheduled longest first (block x takes tile ntiles - 1 - x), which balances the grid's
  * tail.
  */
-#include "attention.cuh"
-#include "gemm_sm90.cuh"
+#include "attention_sm90.cuh"
 
 namespace kiln {
 namespace attn {
@@ -43,15 +43,13 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
                                              const CUtensorMap *map_v) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  constexpr int BM = KILN_ATTN_WG_BM, BN = KILN_ATTN_WG_BN, STAGES = KILN_ATTN_WG_STAGES(DP), CHUNKS = DP / 64;
-  constexpr int Q_BYTES = BM * DP * 2, KV_BYTES = BN * DP * 2, Q_CHUNK = BM * 128, KV_CHUNK = BN * 128;
+  constexpr int BM = KILN_ATTN_WG_BM, BN = KILN_ATTN_WG_BN, STAGES = KILN_ATTN_WG_STAGES(DP);
+  constexpr int Q_BYTES = BM * DP * 2, KV_BYTES = BN * DP * 2;
   static_assert(DP == 64 || DP == 128, "wgmma tiles for head dims padded to 64 or 128");
   static_assert(KILN_ATTN_WG_SMEM_BYTES(DP) >= Q_BYTES + STAGES * 2 * KV_BYTES + 1024 + (1 + 3 * STAGES) * 8,
                 "smem budget");
   extern __shared__ uint8_t smem_raw[];
-  /* The 128-byte swizzle repeats every 1024 bytes: tiles start on 1024-byte boundaries. */
-  uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-  uint8_t *sq = smem, *ring = smem + Q_BYTES; /* slot s: K at ring + 2 s KV_BYTES, then V */
+  uint8_t *sq = smem_base(smem_raw), *ring = sq + Q_BYTES; /* slot s: K, then V */
   uint64_t *q_full = (uint64_t *)(ring + STAGES * 2 * KV_BYTES), *k_full = q_full + 1, *v_full = k_full + STAGES,
            *empty = v_full + STAGES;
 
@@ -62,33 +60,13 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
   int kend = p.sk;
   if (p.causal) kend = min(kend, max(0, q0 + BM + shift));
   const int nblocks = (kend + BN - 1) / BN;
-
-  if (threadIdx.x == 0) {
-    mbar_init(q_full, 1);
-    for (int s = 0; s < STAGES; s++) {
-      mbar_init(&k_full[s], 1);
-      mbar_init(&v_full[s], 1);
-      mbar_init(&empty[s], 2); /* both consumer warpgroups */
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_barriers<STAGES>(q_full);
 
   if (wg == 0) { /* producer */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (t == 0) {
-      mbar_expect_tx(q_full, Q_BYTES);
-      for (int c = 0; c < CHUNKS; c++) tma_load_4d(sq + c * Q_CHUNK, map_q, q_full, 64 * c, q0, h, b);
-      for (int blk = 0; blk < nblocks; blk++) {
-        const int s = blk % STAGES;
-        mbar_wait(&empty[s], ((blk / STAGES) & 1) ^ 1);
-        uint8_t *sk = ring + s * 2 * KV_BYTES, *sv = sk + KV_BYTES;
-        mbar_expect_tx(&k_full[s], KV_BYTES);
-        for (int c = 0; c < CHUNKS; c++) tma_load_4d(sk + c * KV_CHUNK, map_k, &k_full[s], 64 * c, blk * BN, hk, b);
-        mbar_expect_tx(&v_full[s], KV_BYTES);
-        for (int c = 0; c < CHUNKS; c++) tma_load_4d(sv + c * KV_CHUNK, map_v, &v_full[s], 64 * c, blk * BN, hk, b);
-      }
-    }
+    if (t == 0)
+      produce<DP, BM, BN, STAGES, 1>(sq, map_q, map_q, q0, h, b, q_full, ring, map_k, map_v, k_full, v_full, empty,
+                                     nblocks, [&](int blk, int &row, int &head) { row = blk * BN, head = hk; });
   } else { /* consumers */
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
@@ -98,34 +76,32 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 #pragma unroll
     for (int i = 0; i < DP / 2; i++) o[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    const float sl2 = p.scale * 1.4426950408889634f; /* scale·log2 e */
+    const float sl2 = p.scale * LOG2E;
     const int row0 = q0 + 64 * cw + 16 * warp + lane / 4; /* this lane's rows: row0, row0 + 8 */
     const uint8_t *sqw = sq + cw * 64 * 128;              /* this warpgroup's 64 rows of each chunk */
     /* S = Q·K(blk)ᵀ issued (not waited for): DP / 16 k16 steps, 32 bytes along the 128-byte row,
      * then the next chunk */
     auto issue_qk = [&](int blk) {
-      const uint8_t *sk = ring + (blk % STAGES) * 2 * KV_BYTES;
+      const uint8_t *sk = ring_tile<DP, BN>(ring, blk % STAGES, 0);
 #pragma unroll
       for (int i = 0; i < BN / 2; i++) sc[i] = 0.f;
       mbar_wait(&k_full[blk % STAGES], (blk / STAGES) & 1);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < DP / 16; ks++) {
-        const int off = 32 * (ks % 4);
-        wgmma_m64k16<BN, BF16, 0, 0>(sc, smem_desc(sqw + (ks / 4) * Q_CHUNK + off, 16, 1024),
-                                     smem_desc(sk + (ks / 4) * KV_CHUNK + off, 16, 1024));
+        wgmma_m64k16<BN, BF16, 0, 0>(sc, kmajor_desc<BM>(sqw, ks), kmajor_desc<BN>(sk, ks));
       }
       wgmma_commit();
     };
     /* O += P·V(blk) issued: BN / 16 k16 steps of 16 key rows (2048 bytes) of V, read n-major */
     uint32_t pa[BN / 16][4];
     auto issue_pv = [&](int blk) {
-      const uint8_t *sv = ring + (blk % STAGES) * 2 * KV_BYTES + KV_BYTES;
+      const uint8_t *sv = ring_tile<DP, BN>(ring, blk % STAGES, 1);
       mbar_wait(&v_full[blk % STAGES], (blk / STAGES) & 1);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++)
-        wgmma_rs_m64k16<DP, BF16, 1>(o, pa[kk], smem_desc(sv + 2048 * kk, KV_CHUNK, 1024));
+        wgmma_rs_m64k16<DP, BF16, 1>(o, pa[kk], nmajor_desc<BN>(sv, kk));
       wgmma_commit();
     };
     /* the softmax of block blk's scores (masked only where the block holds keys past Sk or right
@@ -138,21 +114,36 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
       else
         softmax_step<false>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
     };
+    /* Ping-pong (FlashAttention-3): the consumer warpgroups take turns to issue their MMAs (named
+     * barrier 2 + cw is warpgroup cw's turn; warpgroup 0 goes first), so that one's softmax runs
+     * while the other's MMAs hold the tensor cores instead of both issuing at once. Each takes
+     * nblocks + 1 turns; warpgroup 1 skips its last hand-over, which nobody waits for. */
+    auto my_turn = [&]() {
+      if (KILN_ATTN_PINGPONG) named_sync(2 + cw, 256);
+    };
+    auto your_turn = [&](bool last) {
+      if (KILN_ATTN_PINGPONG && !(last && cw == 1)) named_arrive(2 + (cw ^ 1), 256);
+    };
+    if (KILN_ATTN_PINGPONG && cw == 1 && nblocks > 0) named_arrive(2, 256);
     mbar_wait(q_full, 0);
     /* Intra-warpgroup overlap (FlashAttention-3): Q·K(j)ᵀ and P(j-1)·V(j-1) are issued together and
      * the softmax of S(j) runs while the tensor cores still work on P·V; O is rescaled once that
      * product has retired ((O + P(j-1)·V(j-1)) and P(j-1) share the maximum m(j-1), so scaling the
      * sum by exp2((m(j-1) - m(j))·sl2) is exact). Slot j-1 is released after its P·V. */
     if (nblocks > 0) {
+      my_turn();
       issue_qk(0);
+      your_turn(false);
       wgmma_wait<0>();
       softmax(0); /* O is still 0: corr unused */
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
     }
     for (int blk = 1; blk < nblocks; blk++) {
+      my_turn();
       issue_qk(blk);
       issue_pv(blk - 1);
+      your_turn(false);
       wgmma_wait<1>(); /* S(blk) is ready; P·V(blk - 1) may still run */
       softmax(blk);
       wgmma_wait<0>();
@@ -162,7 +153,9 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
       for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
     }
     if (nblocks > 0) {
+      my_turn();
       issue_pv(nblocks - 1);
+      your_turn(true);
       wgmma_wait<0>();
       if (t == 0) mbar_arrive(&empty[(nblocks - 1) % STAGES]);
     }

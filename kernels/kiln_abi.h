@@ -198,6 +198,9 @@ typedef struct kiln_attn_args {
  * warpgroups (a TMA producer, two consumers of 64 query rows) own WG_BM = 128 query rows and walk
  * the keys in blocks of WG_BN = 128 through a ring of WG_STAGES K/V slots. Shared memory: the Q
  * tile, the ring, 1 KB of alignment slack and the mbarriers (225 KB for D = 128, 145 KB for 64). */
+#ifndef KILN_ATTN_PINGPONG /* 0: the consumer warpgroups issue MMAs whenever ready (tuning experiments) */
+#define KILN_ATTN_PINGPONG 1
+#endif
 #define KILN_ATTN_WG_BM 128
 #define KILN_ATTN_WG_BN 128
 #define KILN_ATTN_WG_THREADS 384
@@ -205,6 +208,23 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_WG_SMEM_BYTES(dp)                                                                   \
   ((KILN_ATTN_WG_BM + 2 * KILN_ATTN_WG_STAGES(dp) * KILN_ATTN_WG_BN) * (dp) * 2 + 1024 +              \
    (1 + 3 * KILN_ATTN_WG_STAGES(dp)) * 8)
+
+/* The sm_90a FLASH backward (kernels/attention_bwd_sm90.cu), head dims padded to 64 or 128, the
+ * forward's 3 warpgroups; shared memory: two fixed tiles, a ring of WG_BWD_STAGES slots of two
+ * tiles, 1 KB of alignment slack, the mbarriers (and for dK/dV the staged LSE and delta).
+ *   dK/dV: a block owns WG_KV_BN = 128 keys (64 per consumer) of one K/V head, K and V loaded
+ *          once, and walks the queries of its GQA group WG_KV_BM = 64 at a time (Q, dO in the ring).
+ *   dQ:    a block owns WG_BM = 128 query rows, Q and dO loaded once, and walks the keys
+ *          WG_DQ_BN(dp) at a time (K, V in the ring): 128 for D = 64, 64 for D = 128 (registers). */
+#define KILN_ATTN_WG_KV_BN 128
+#define KILN_ATTN_WG_KV_BM 64
+#define KILN_ATTN_WG_BWD_STAGES 4
+#define KILN_ATTN_WG_DQ_BN(dp) ((dp) <= 64 ? 128 : 64)
+#define KILN_ATTN_WG_BWD_SMEM_BYTES(fixed_rows, ring_rows, dp)                                         \
+  ((2 * (fixed_rows) + 2 * KILN_ATTN_WG_BWD_STAGES * (ring_rows)) * (dp) * 2 + 1024 +                  \
+   (1 + 3 * KILN_ATTN_WG_BWD_STAGES) * 8 + 4 * KILN_ATTN_WG_KV_BM * 4)
+#define KILN_ATTN_WG_KV_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_KV_BN, KILN_ATTN_WG_KV_BM, dp)
+#define KILN_ATTN_WG_DQ_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), dp)
 
 /* The FLASH backward (kernels/attention_bwd_sm80.cu), 4 warps per block each:
  * dK/dV kernel: a block owns KV_BN = 64 keys (16 per warp) and KV_DO(dp) output columns (all of

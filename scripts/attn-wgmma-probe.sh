@@ -2,8 +2,8 @@
 # The sm_90a FLASH forward (kernels/attention_sm90.cu) on the H200 in one device call:
 #   scripts/attn-wgmma-probe.sh BUILD [quick|full]
 # 1. test_gpu_attention (every case through FLASH_MMA_SYNC and FLASH_WGMMA) and the same under
-#    compute-sanitizer memcheck, then racecheck of the forward tests.
-# 2. The SASS of the WGMMA kernels: HGMMA count, registers, local memory (spills).
+#    compute-sanitizer memcheck, then racecheck of a forward and a backward test.
+# 2. The SASS of the WGMMA kernels (forward, backward): HGMMA count, local memory (spills).
 # 3. PyTorch SDPA (flash backend) and kiln-bench attention --algo all: both kiln kernels against
 #    the peer in the same call (quick: S 2048 and 8192; full: 512..16384).
 # Everything to $OUT.
@@ -18,9 +18,13 @@ echo "memcheck: exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1
 timeout 120 compute-sanitizer --tool racecheck "$B/tests/test_gpu_attention" --filter strided_views_scale_long \
   >"$OUT/racecheck.txt" 2>&1
 echo "racecheck: exit $?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.txt" | tail -1)"
-cuobjdump -sass "$B/kernels/attention_sm90.fatbin" >"$OUT/sass-attn90.txt" 2>&1
-echo "SASS: $(grep -c HGMMA "$OUT/sass-attn90.txt") HGMMA, $(grep -cE 'STL|LDL' "$OUT/sass-attn90.txt") local-memory ops"
-cuobjdump -res-usage "$B/kernels/attention_sm90.fatbin" 2>&1 | grep -A1 'wgmma' | grep -E 'Function|REG' | head -8 | cut -c1-150
+timeout 150 compute-sanitizer --tool racecheck "$B/tests/test_gpu_attention" --filter backward_deterministic \
+  >"$OUT/racecheck-bwd.txt" 2>&1
+echo "racecheck (backward): exit $?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck-bwd.txt" | tail -1)"
+for f in attention_sm90 attention_bwd_sm90; do
+  cuobjdump -sass "$B/kernels/$f.fatbin" >"$OUT/sass-$f.txt" 2>&1
+  echo "SASS $f: $(grep -c HGMMA "$OUT/sass-$f.txt") HGMMA, $(grep -cE 'STL|LDL' "$OUT/sass-$f.txt") local-memory ops"
+done
 Q=$([ "$MODE" = quick ] && echo --quick)
 timeout 200 python3 scripts/bench_sdpa.py $Q --dtype all >"$OUT/sdpa.txt" 2>"$OUT/sdpa.err"
 echo "bench_sdpa: exit $?"

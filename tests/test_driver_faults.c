@@ -173,11 +173,11 @@ static void int8_paths(kiln_context *ctx) {
  * refuses K/V heads repeated with stride 0 and D = 256, which FLASH sends to mma.sync. */
 static void attention_paths(kiln_context *ctx) {
   const int allocations = fake("live_allocations");
-  DLManagedTensorVersioned *buf[4];
-  for (int i = 0; i < 4; i++) buf[i] = empty(ctx, TEST_F16, 2 * 100, 256); /* room for every view below */
+  DLManagedTensorVersioned *buf[7]; /* q, k, v, o, then dq, dk, dv */
+  for (int i = 0; i < 7; i++) buf[i] = empty(ctx, TEST_F16, 2 * 100, 256); /* room for every view below */
   int64_t shape[4] = {1, 2, 100, 64}, kv_shape[4] = {1, 2, 100, 64}, kv_strides[4] = {0, 6400, 64, 1};
-  DLTensor t[4];
-  for (int i = 0; i < 4; i++) t[i] = (DLTensor){buf[i]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, shape, NULL, 0};
+  DLTensor t[7];
+  for (int i = 0; i < 7; i++) t[i] = (DLTensor){buf[i]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, shape, NULL, 0};
   kiln_attention_opts o = kiln_attention_opts_default();
   const kiln_attention_algo algos[4] = {KILN_ATTENTION_AUTO, KILN_ATTENTION_FLASH, KILN_ATTENTION_FLASH_MMA_SYNC,
                                         KILN_ATTENTION_FLASH_WGMMA};
@@ -185,6 +185,30 @@ static void attention_paths(kiln_context *ctx) {
     o.algo = algos[i];
     assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL));
   }
+  /* the backward: delta, then the WGMMA dK/dV and dQ kernels (their four maps); a dO repeated
+   * over the sequence (stride 0, as autograd hands for a sum) is copied into the workspace,
+   * which the size query counts: 256 bytes of delta (2 x 100 rows of f32, rounded up) + 2 x 100
+   * x 64 f16 */
+  DLManagedTensorVersioned *lse_buf = empty(ctx, TEST_F32, 2, 100), *ws = empty(ctx, TEST_F32, 2 * 100, 128);
+  int64_t lse_shape[3] = {1, 2, 100}, do_strides[4] = {0, 64, 0, 1};
+  DLTensor lse = {lse_buf->dl_tensor.data, {kDLCUDA, 0}, 3, TEST_F32, lse_shape, NULL, 0}, dout = t[3];
+  dout.data = buf[0]->dl_tensor.data;
+  size_t bytes = 0;
+  for (int i = 0; i < 4; i++) {
+    o.algo = algos[i];
+    assert_kiln_ok(kiln_attention_backward_workspace_size(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &dout, &t[4], &t[5],
+                                                          &t[6], &o, &bytes));
+    assert_int_equal(bytes, 1024);
+    assert_kiln_ok(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &dout, &t[4], &t[5], &t[6],
+                                           ws->dl_tensor.data, bytes, &o, NULL));
+  }
+  dout.strides = do_strides;
+  assert_kiln_ok(kiln_attention_backward_workspace_size(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &dout, &t[4], &t[5],
+                                                        &t[6], &o, &bytes));
+  assert_int_equal(bytes, 1024 + 2 * 100 * 64 * 2);
+  assert_kiln_ok(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &dout, &t[4], &t[5], &t[6],
+                                         ws->dl_tensor.data, bytes, &o, NULL));
+  kiln_tensor_free(lse_buf), kiln_tensor_free(ws);
   t[1].shape = t[2].shape = kv_shape, t[1].strides = t[2].strides = kv_strides;
   kv_strides[1] = 0; /* one K/V head seen as two */
   assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
@@ -196,7 +220,7 @@ static void attention_paths(kiln_context *ctx) {
   o.algo = KILN_ATTENTION_FLASH_WGMMA;
   assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
                     "it takes head dims up to 128 (" FAKE_NAME, "is sm_90, D is 256)");
-  for (int i = 0; i < 4; i++) kiln_tensor_free(buf[i]);
+  for (int i = 0; i < 7; i++) kiln_tensor_free(buf[i]);
   assert_int_equal(fake("live_allocations"), allocations);
   assert_int_equal(fake("context_depth"), 0);
 }

@@ -397,15 +397,16 @@ static double grad_error(const t4 *g, const float *ref) {
   return err;
 }
 
-static int run_bwd_case(const bcase *bc) {
+static int run_bwd_case_algo(const bcase *bc, kiln_attention_algo algo) {
   const acase *c = &bc->a;
   char what[256];
   snprintf(what, sizeof what,
-           "B%" PRId64 " Hq%" PRId64 " Hkv%" PRId64 " Sq%" PRId64 " Sk%" PRId64 " D%" PRId64 " %s dO %s grads %s%s%s%s",
+           "B%" PRId64 " Hq%" PRId64 " Hkv%" PRId64 " Sq%" PRId64 " Sk%" PRId64 " D%" PRId64
+           " %s dO %s grads %s%s%s%s %s",
            c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->in.code == kDLBfloat ? "bf16" : "f16",
            bc->dout.bits == 32 ? "f32" : bc->dout.code == kDLBfloat ? "bf16" : "f16",
            bc->dg.bits == 32 ? "f32" : bc->dg.code == kDLBfloat ? "bf16" : "f16", c->causal ? " causal" : "",
-           c->bshd ? " [B,S,H,D] views" : "", bc->which == 7 ? "" : " (subset)");
+           c->bshd ? " [B,S,H,D] views" : "", bc->which == 7 ? "" : " (subset)", algo_name(algo));
   t4 q, k, v, o, lse, dout, g[3];
   t4_init(&q, c->B, c->Hq, c->Sq, c->D, c->in, c->bshd);
   t4_init(&k, c->B, c->Hkv, c->Sk, c->D, c->in, c->bshd);
@@ -420,6 +421,7 @@ static int run_bwd_case(const bcase *bc) {
   t4_random(&q), t4_random(&k), t4_random(&v), t4_random(&dout);
   for (int i = 0; i < 3; i++) t4_copy(&g[i], 1); /* NaN poison */
   kiln_attention_opts opts = kiln_attention_opts_default();
+  opts.algo = algo;
   opts.causal = c->causal;
   opts.scale = c->scale;
   assert_kiln_ok(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &opts, g_stream));
@@ -455,8 +457,10 @@ static int run_bwd_case(const bcase *bc) {
       hg[i].data = ref[i];
       hg[i].dtype = TEST_F32;
     }
+    kiln_attention_opts cpu_opts = opts;
+    cpu_opts.algo = KILN_ATTENTION_AUTO;
     assert_kiln_ok(kiln_attention_backward(cpu, &hq, &hk, &hv, &ho, &hl, &hd, &hg[0], &hg[1], &hg[2], NULL, 0,
-                                           &opts, NULL));
+                                           &cpu_opts, NULL));
     kiln_context_destroy(cpu);
     static const char *names[3] = {"dQ", "dK", "dV"};
     for (int i = 0; i < 3; i++) {
@@ -476,9 +480,13 @@ static int run_bwd_case(const bcase *bc) {
   return ok;
 }
 
+/* Each case through both kernel families, as run_case does. */
 static int run_bwd_cases(const bcase *cs, int n) {
   int failures = 0;
-  for (int i = 0; i < n; i++) failures += !run_bwd_case(&cs[i]);
+  for (int i = 0; i < n; i++) {
+    failures += !run_bwd_case_algo(&cs[i], KILN_ATTENTION_FLASH_MMA_SYNC);
+    if (g_wgmma && cs[i].a.D <= 128) failures += !run_bwd_case_algo(&cs[i], KILN_ATTENTION_FLASH_WGMMA);
+  }
   return failures;
 }
 

@@ -102,24 +102,41 @@ static kiln_status attn_map(const kiln_context *ctx, const char *op, const char 
   return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
 }
 
-static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const kiln_attn_args *a, CUstream stream) {
-  kiln_tensor_map map_q, map_k, map_v;
+/* One WGMMA kernel: its TMA maps (q, k, v, and dO for the backward, as the kernels read it: the
+ * caller's or the workspace copy), boxes of q_rows rows for q and dO and kv_rows for k and v. */
+static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const kiln_attn_args *a, kiln_kernel_id kernel,
+                                unsigned gx, unsigned gy, unsigned smem, uint32_t q_rows, uint32_t kv_rows,
+                                bool with_do, CUstream stream) {
+  kiln_tensor_map maps[4];
   const int64_t qs[3] = {a->q_ss, a->q_hs, a->q_bs}, ks[3] = {a->k_ss, a->k_hs, a->k_bs},
-                vs[3] = {a->v_ss, a->v_hs, a->v_bs};
+                vs[3] = {a->v_ss, a->v_hs, a->v_bs}, ds[3] = {a->do_ss, a->do_hs, a->do_bs};
   kiln_status st;
-  if ((st = attn_map(ctx, op, "q", a, a->q, a->sq, a->hq, qs, KILN_ATTN_WG_BM, &map_q)) ||
-      (st = attn_map(ctx, op, "k", a, a->k, a->sk, a->hkv, ks, KILN_ATTN_WG_BN, &map_k)) ||
-      (st = attn_map(ctx, op, "v", a, a->v, a->sk, a->hkv, vs, KILN_ATTN_WG_BN, &map_v)))
+  if ((st = attn_map(ctx, op, "q", a, a->q, a->sq, a->hq, qs, q_rows, &maps[0])) ||
+      (st = attn_map(ctx, op, "k", a, a->k, a->sk, a->hkv, ks, kv_rows, &maps[1])) ||
+      (st = attn_map(ctx, op, "v", a, a->v, a->sk, a->hkv, vs, kv_rows, &maps[2])) ||
+      (with_do && (st = attn_map(ctx, op, "dout", a, a->dout, a->sq, a->hq, ds, q_rows, &maps[3]))))
     return st;
-  const int dp = padded_dim(a->d);
-  const kiln_kernel_id kernel = (kiln_kernel_id)((a->in_dtype == KILN_DT_BF16 ? KILN_K_ATTN_FWD_WG_bf16_D64
-                                                                              : KILN_K_ATTN_FWD_WG_f16_D64) +
-                                                 (dp == 64 ? 0 : 1));
   kiln_attn_args args = *a;
-  void *params[] = {&args, &map_q, &map_k, &map_v};
-  const unsigned tiles = (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM);
-  return kiln_launch(ctx, kernel, tiles, (unsigned)a->hq, (unsigned)a->batch, KILN_ATTN_WG_THREADS,
-                     (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp), stream, params, op);
+  void *params[] = {&args, &maps[0], &maps[1], &maps[2], &maps[3]};
+  return kiln_launch(ctx, kernel, gx, gy, (unsigned)a->batch, KILN_ATTN_WG_THREADS, smem, stream, params, op);
+}
+
+/* The kernel of a WGMMA family listed D64, D128 per dtype (kernel_list.h). */
+static kiln_kernel_id wgmma_kernel(kiln_kernel_id f16_d64, kiln_kernel_id bf16_d64, const kiln_attn_args *a) {
+  return (kiln_kernel_id)((a->in_dtype == KILN_DT_BF16 ? bf16_d64 : f16_d64) + (padded_dim(a->d) == 64 ? 0 : 1));
+}
+
+/* The kernel family an algo runs: NULL for WGMMA, else why not ("" when MMA_SYNC was asked for),
+ * with the explicit FLASH_WGMMA refused where it cannot run. */
+static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo,
+                          const char **misfit) {
+  *misfit = algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "" : wgmma_misfit(ctx, a);
+  if (algo == KILN_ATTENTION_FLASH_WGMMA && *misfit)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: algo FLASH_WGMMA cannot run this problem: %s (%s is sm_%d, D is %d); use "
+                     "KILN_ATTENTION_FLASH, which picks the kernel, or _FLASH_MMA_SYNC",
+                     op, *misfit, ctx->info.name, ctx->arch, a->d);
+  return KILN_OK;
 }
 
 /* FLASH (and AUTO): the WGMMA kernel where it fits, else MMA_SYNC; the explicit algos run theirs
@@ -130,14 +147,13 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
                      "%s: algo SMEM has no GPU kernel yet; use KILN_ATTENTION_AUTO or _FLASH", op);
   kiln_status st = check_flash(op, a);
-  if (st) return st;
-  const char *misfit = algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "" : wgmma_misfit(ctx, a);
-  if (algo == KILN_ATTENTION_FLASH_WGMMA && misfit)
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: algo FLASH_WGMMA cannot run this problem: %s (%s is sm_%d, D is %d); use "
-                     "KILN_ATTENTION_FLASH, which picks the kernel, or _FLASH_MMA_SYNC",
-                     op, misfit, ctx->info.name, ctx->arch, a->d);
-  if (!misfit) return launch_wgmma(ctx, op, a, stream);
+  const char *misfit;
+  if (st || (st = choose(ctx, op, a, algo, &misfit))) return st;
+  if (!misfit)
+    return launch_wgmma(ctx, op, a, wgmma_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a),
+                        (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
+                        (unsigned)KILN_ATTN_WG_SMEM_BYTES(padded_dim(a->d)), KILN_ATTN_WG_BM, KILN_ATTN_WG_BN, false,
+                        stream);
   const int dp = padded_dim(a->d);
   const kiln_kernel_id kernel = family_kernel(KILN_K_ATTN_FWD_f16_D64, KILN_K_ATTN_FWD_bf16_D64, a);
   kiln_attn_args args = *a;
@@ -148,10 +164,12 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
 }
 
 /* The backward's workspace: delta (f32 per query row), then, when the MMA kernels cannot read dO
- * as given (another dtype than Q, a strided head dimension or unaligned rows), a compact copy of
- * dO in Q's dtype written by the delta kernel. */
+ * as given (another dtype than Q, a strided head dimension, unaligned rows, or rows repeated with
+ * stride 0, which TMA cannot address), a compact copy of dO in Q's dtype written by the delta
+ * kernel. */
 static bool dout_needs_copy(const kiln_attn_args *a) {
-  return a->do_dtype != a->in_dtype || a->do_ds != 1 || !aligned16(a->dout, a->do_bs, a->do_hs, a->do_ss);
+  return a->do_dtype != a->in_dtype || a->do_ds != 1 || !aligned16(a->dout, a->do_bs, a->do_hs, a->do_ss) ||
+         !strided(a->sq, a->do_ss) || !strided(a->hq, a->do_hs) || !strided(a->batch, a->do_bs);
 }
 static size_t delta_bytes(const kiln_attn_args *a) {
   return ((size_t)a->batch * (size_t)a->hq * (size_t)a->sq * 4 + 255) / 256 * 256;
@@ -164,7 +182,8 @@ size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_arg
   return bytes;
 }
 
-/* delta (and the dO copy), then dK/dV, then dQ: three launches on the caller's stream. */
+/* delta (and the dO copy), then dK/dV, then dQ: three launches on the caller's stream, the
+ * WGMMA kernels where they fit (as the forward chooses), else the mma.sync ones. */
 kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo,
                                         int deterministic, void *workspace, CUstream stream) {
   (void)deterministic;
@@ -172,7 +191,8 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
                      "%s: algo SMEM has no GPU backward kernel; use KILN_ATTENTION_AUTO or _FLASH", op);
   kiln_status st = check_flash(op, a);
-  if (st) return st;
+  const char *misfit;
+  if (st || (st = choose(ctx, op, a, algo, &misfit))) return st;
   const int64_t rows = (int64_t)a->batch * a->hq * a->sq;
   if (rows > (int64_t)INT32_MAX)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
@@ -196,6 +216,21 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
     args.do_bs = (int64_t)args.hq * args.sq * args.dv_dim;
   }
   const int dp = padded_dim(a->d);
+  if (!misfit) { /* the sm_90a kernels (TMA maps of the dO they read) */
+    if ((a->dk || a->dv) &&
+        (st = launch_wgmma(ctx, op, &args,
+                           wgmma_kernel(KILN_K_ATTN_BWD_DKDV_WG_f16_D64, KILN_K_ATTN_BWD_DKDV_WG_bf16_D64, a),
+                           (unsigned)((a->sk + KILN_ATTN_WG_KV_BN - 1) / KILN_ATTN_WG_KV_BN), (unsigned)a->hkv,
+                           (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM, KILN_ATTN_WG_KV_BN, true,
+                           stream)))
+      return st;
+    if (a->dq)
+      return launch_wgmma(ctx, op, &args, wgmma_kernel(KILN_K_ATTN_BWD_DQ_WG_f16_D64, KILN_K_ATTN_BWD_DQ_WG_bf16_D64, a),
+                          (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
+                          (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp), KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), true,
+                          stream);
+    return KILN_OK;
+  }
   if (a->dk || a->dv) {
     const unsigned tiles = (unsigned)((a->sk + KILN_ATTN_BWD_KV_BN - 1) / KILN_ATTN_BWD_KV_BN);
     const unsigned splits = (unsigned)(dp / KILN_ATTN_BWD_KV_DO(dp));

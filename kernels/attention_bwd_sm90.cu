@@ -1,0 +1,269 @@
+/*
+ * attention_bwd_sm90.cu — kiln_attention_backward's FLASH kernels for Hopper (sm_90a), head dims
+ * padded to 64 or 128: the math and the split of attention_bwd_sm80.cu (delta there; dK/dV and
+ * dQ here, deterministic, no atomics), with warpgroup MMA fed by TMA (attention_sm90.cuh):
+ *
+ *   dK/dV: a block owns 128 keys of one K/V head (64 per consumer warpgroup); K and V are loaded
+ *          once, Q and dO stream through the ring, 64 query rows per step, every head of the GQA
+ *          group in turn (the group's sum happens in registers). Per step and warpgroup:
+ *            Sᵀ  = K_w·Qᵀ, dPᵀ = V_w·dOᵀ       wgmma m64n64k16, both operands k-major in smem
+ *            Pᵀ  = exp2(Sᵀ·sl2 − lse2), dSᵀ = Pᵀ ∘ (dPᵀ − delta)      (per query column)
+ *            dV += Pᵀ·dO, dK += dSᵀ·Q            wgmma m64nDk16, A from registers (the
+ *                                                accumulator layout of Sᵀ), dO and Q n-major
+ *          The step's LSE (log2 units, +inf for padded rows or rows that saw no key) and delta
+ *          are staged in shared memory by the consumers, behind a named barrier.
+ *   dQ:    a block owns 128 query rows (64 per consumer); Q and dO are loaded once, K and V
+ *          stream through the ring (64 or 128 keys per step):
+ *            S = Q_w·Kᵀ, dP = dO_w·Vᵀ; dS = P ∘ (dP − delta); dQ += dS·K (K n-major)
+ * dK, dQ are scaled by `scale` at the end; every store is predicated (rows < S, columns < D).
+ *
+ * Masking: padded query rows have P = 0 (lse2 = +inf) and zero dO, Q; keys past Sk and, when
+ * causal, right of the diagonal are masked to P = 0 in the steps that hold any. (A padded key's
+ * P would be exp2(-lse2), possibly inf: harmless in dK/dV, where it stays in that key's unstored
+ * row, but dQ sums over keys, so it masks them.)
+ */
+#include "attention_sm90.cuh"
+
+namespace kiln {
+namespace attn {
+
+template <bool BF16, int DP>
+__device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtensorMap *map_q, const CUtensorMap *map_k,
+                                          const CUtensorMap *map_v, const CUtensorMap *map_do) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace sm90;
+  constexpr int BN = KILN_ATTN_WG_KV_BN, BM = KILN_ATTN_WG_KV_BM, STAGES = KILN_ATTN_WG_BWD_STAGES;
+  constexpr int FIXED = BN * DP * 2, RING = STAGES * 2 * BM * DP * 2;
+  static_assert(KILN_ATTN_WG_KV_SMEM_BYTES(DP) >= 2 * FIXED + RING + 1024 + (1 + 3 * STAGES) * 8 + 4 * BM * 4,
+                "smem budget");
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t *sk = smem_base(smem_raw), *sv = sk + FIXED, *ring = sk + 2 * FIXED; /* slot s: Q, then dO */
+  uint64_t *kv_full = (uint64_t *)(ring + RING), *q_full = kv_full + 1, *do_full = q_full + STAGES,
+           *empty = do_full + STAGES;
+  float *stats = (float *)(empty + STAGES); /* [2 buffers][lse2, delta][BM] */
+
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int k0 = blockIdx.x * BN, hk = blockIdx.y, b = blockIdx.z, group = p.hq / p.hkv, shift = p.sk - p.sq;
+  /* Queries that see any key of this block: i >= k0 - shift when causal. */
+  const int q_first = p.causal ? max(0, k0 - shift) : 0;
+  const int qb_first = q_first / BM, per_head = q_first < p.sq ? (p.sq + BM - 1) / BM - qb_first : 0;
+  const int steps = group * per_head;
+  init_barriers<STAGES>(kv_full);
+
+  if (wg == 0) { /* producer */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (t == 0)
+      produce<DP, BN, BM, STAGES, 2>(sk, map_k, map_v, k0, hk, b, kv_full, ring, map_q, map_do, q_full, do_full, empty,
+                                     steps, [&](int step, int &row, int &head) {
+                                       row = (qb_first + step % per_head) * BM, head = hk * group + step / per_head;
+                                     });
+  } else { /* consumers */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = wg - 1, ct = threadIdx.x - 128, warp = t / 32, lane = t % 32;
+    float dk[DP / 2], dv[DP / 2], st[BM / 2], dpt[BM / 2];
+    auto &dk4 = *reinterpret_cast<float(*)[DP / 8][4]>(dk);
+    auto &dv4 = *reinterpret_cast<float(*)[DP / 8][4]>(dv);
+    auto &st4 = *reinterpret_cast<float(*)[BM / 8][4]>(st);
+    auto &dpt4 = *reinterpret_cast<float(*)[BM / 8][4]>(dpt);
+#pragma unroll
+    for (int i = 0; i < DP / 2; i++) dk[i] = dv[i] = 0.f;
+    const float sl2 = p.scale * LOG2E;
+    const int key0 = k0 + 64 * cw + 16 * warp + lane / 4; /* this lane's keys: key0, key0 + 8 */
+    const uint8_t *skw = sk + cw * 64 * 128, *svw = sv + cw * 64 * 128;
+    mbar_wait(kv_full, 0);
+    for (int step = 0; step < steps; step++) {
+      const int s = step % STAGES, h = hk * group + step / per_head, q0 = (qb_first + step % per_head) * BM;
+      const uint32_t phase = (step / STAGES) & 1;
+      const uint8_t *sqt = ring_tile<DP, BM>(ring, s, 0), *sdo = ring_tile<DP, BM>(ring, s, 1);
+      /* stage this step's LSE (log2 units) and delta; two buffers, so one barrier per step
+       * suffices (a thread writing buffer x again has passed the barrier that followed every
+       * read of it) */
+      float *lse2 = stats + (step & 1) * 2 * BM, *delta = lse2 + BM;
+      if (ct < BM) {
+        const int row = q0 + ct;
+        lse2[ct] = row < p.sq ? lse_log2(p.lse[b * p.lse_bs + h * p.lse_hs + row]) : INFINITY;
+      } else if (ct < 2 * BM) {
+        const int row = q0 + ct - BM;
+        delta[ct - BM] = row < p.sq ? p.delta[((int64_t)b * p.hq + h) * p.sq + row] : 0.f;
+      }
+      consumers_sync();
+
+      /* Sᵀ = K_w·Qᵀ and dPᵀ = V_w·dOᵀ */
+#pragma unroll
+      for (int i = 0; i < BM / 2; i++) st[i] = dpt[i] = 0.f;
+      mbar_wait(&q_full[s], phase);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < DP / 16; ks++)
+        wgmma_m64k16<BM, BF16, 0, 0>(st, kmajor_desc<BN>(skw, ks), kmajor_desc<BM>(sqt, ks));
+      mbar_wait(&do_full[s], phase);
+#pragma unroll
+      for (int ks = 0; ks < DP / 16; ks++)
+        wgmma_m64k16<BM, BF16, 0, 0>(dpt, kmajor_desc<BN>(svw, ks), kmajor_desc<BM>(sdo, ks));
+      wgmma_commit();
+      wgmma_wait<0>();
+
+      /* Pᵀ and dSᵀ in place; causal steps that cross the diagonal mask */
+      const bool mask = p.causal && q0 < k0 + BN - 1 - shift;
+#pragma unroll
+      for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int qi = j * 8 + (lane % 4) * 2 + (e & 1), key = key0 + 8 * (e >> 1);
+          float pr = exp2_fast(fmaf(st4[j][e], sl2, -lse2[qi]));
+          if (mask && key > q0 + qi + shift) pr = 0.f;
+          st4[j][e] = pr;
+          dpt4[j][e] = pr * (dpt4[j][e] - delta[qi]);
+        }
+      uint32_t ap[BM / 16][4], ads[BM / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; kk++) {
+        acc_to_a_frag<BF16>(ap[kk], st4, kk);
+        acc_to_a_frag<BF16>(ads[kk], dpt4, kk);
+      }
+
+      /* dV += Pᵀ·dO, dK += dSᵀ·Q */
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; kk++) {
+        wgmma_rs_m64k16<DP, BF16, 1>(dv, ap[kk], nmajor_desc<BM>(sdo, kk));
+        wgmma_rs_m64k16<DP, BF16, 1>(dk, ads[kk], nmajor_desc<BM>(sqt, kk));
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      if (t == 0) mbar_arrive(&empty[s]);
+    }
+    const int r0 = k0 + 64 * cw + 16 * warp;
+    if (p.dk)
+      store_rows<DP / 8>(dk4, p.dk, b * p.dk_bs + hk * p.dk_hs, p.dk_ss, p.dk_ds, p.dk_dtype, r0, p.sk, 0, p.d,
+                         p.scale, lane);
+    if (p.dv)
+      store_rows<DP / 8>(dv4, p.dv, b * p.dv_bs + hk * p.dv_hs, p.dv_ss, p.dv_ds, p.dv_dtype, r0, p.sk, 0, p.dv_dim,
+                         1.f, lane);
+  }
+#else
+  (void)p, (void)map_q, (void)map_k, (void)map_v, (void)map_do;
+  __trap(); /* the host launches these kernels only on sm_90 */
+#endif
+}
+
+template <bool BF16, int DP>
+__device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorMap *map_q, const CUtensorMap *map_k,
+                                        const CUtensorMap *map_v, const CUtensorMap *map_do) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace sm90;
+  constexpr int BM = KILN_ATTN_WG_BM, BN = KILN_ATTN_WG_DQ_BN(DP), STAGES = KILN_ATTN_WG_BWD_STAGES;
+  constexpr int FIXED = BM * DP * 2, RING = STAGES * 2 * BN * DP * 2;
+  static_assert(KILN_ATTN_WG_DQ_SMEM_BYTES(DP) >= 2 * FIXED + RING + 1024 + (1 + 3 * STAGES) * 8, "smem budget");
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t *sq = smem_base(smem_raw), *sdo = sq + FIXED, *ring = sq + 2 * FIXED; /* slot s: K, then V */
+  uint64_t *qdo_full = (uint64_t *)(ring + RING), *k_full = qdo_full + 1, *v_full = k_full + STAGES,
+           *empty = v_full + STAGES;
+
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int tile = p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  const int q0 = tile * BM, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv), shift = p.sk - p.sq;
+  int kend = p.sk;
+  if (p.causal) kend = min(kend, max(0, q0 + BM + shift));
+  const int nblocks = (kend + BN - 1) / BN;
+  init_barriers<STAGES>(qdo_full);
+
+  if (wg == 0) { /* producer */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (t == 0)
+      produce<DP, BM, BN, STAGES, 2>(sq, map_q, map_do, q0, h, b, qdo_full, ring, map_k, map_v, k_full, v_full, empty,
+                                     nblocks, [&](int blk, int &row, int &head) { row = blk * BN, head = hk; });
+  } else { /* consumers */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = wg - 1, warp = t / 32, lane = t % 32;
+    float acc[DP / 2], sc[BN / 2], dp[BN / 2];
+    auto &acc4 = *reinterpret_cast<float(*)[DP / 8][4]>(acc);
+    auto &s4 = *reinterpret_cast<float(*)[BN / 8][4]>(sc);
+    auto &dp4 = *reinterpret_cast<float(*)[BN / 8][4]>(dp);
+#pragma unroll
+    for (int i = 0; i < DP / 2; i++) acc[i] = 0.f;
+    const float sl2 = p.scale * LOG2E;
+    const int row0 = q0 + 64 * cw + 16 * warp + lane / 4; /* this lane's rows: row0, row0 + 8 */
+    float lse2[2], delta[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const int row = row0 + 8 * r;
+      lse2[r] = row < p.sq ? lse_log2(p.lse[b * p.lse_bs + h * p.lse_hs + row]) : INFINITY;
+      delta[r] = row < p.sq ? p.delta[((int64_t)b * p.hq + h) * p.sq + row] : 0.f;
+    }
+    const uint8_t *sqw = sq + cw * 64 * 128, *sdow = sdo + cw * 64 * 128;
+    mbar_wait(qdo_full, 0);
+    for (int blk = 0; blk < nblocks; blk++) {
+      const int s = blk % STAGES, kb = blk * BN;
+      const uint32_t phase = (blk / STAGES) & 1;
+      const uint8_t *skt = ring_tile<DP, BN>(ring, s, 0), *svt = ring_tile<DP, BN>(ring, s, 1);
+
+      /* S = Q_w·Kᵀ and dP = dO_w·Vᵀ */
+#pragma unroll
+      for (int i = 0; i < BN / 2; i++) sc[i] = dp[i] = 0.f;
+      mbar_wait(&k_full[s], phase);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < DP / 16; ks++)
+        wgmma_m64k16<BN, BF16, 0, 0>(sc, kmajor_desc<BM>(sqw, ks), kmajor_desc<BN>(skt, ks));
+      mbar_wait(&v_full[s], phase);
+#pragma unroll
+      for (int ks = 0; ks < DP / 16; ks++)
+        wgmma_m64k16<BN, BF16, 0, 0>(dp, kmajor_desc<BM>(sdow, ks), kmajor_desc<BN>(svt, ks));
+      wgmma_commit();
+      wgmma_wait<0>();
+
+      /* dS in place of dP; steps with keys past Sk or right of the tile's first row's diagonal mask */
+      const bool mask = kb + BN > p.sk || (p.causal && kb + BN - 1 > q0 + shift);
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int key = kb + j * 8 + (lane % 4) * 2 + (e & 1), r = e >> 1;
+          float pr = exp2_fast(fmaf(s4[j][e], sl2, -lse2[r]));
+          if (mask && !(key < p.sk && (!p.causal || key <= row0 + 8 * r + shift))) pr = 0.f;
+          dp4[j][e] = pr * (dp4[j][e] - delta[r]);
+        }
+      uint32_t ads[BN / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(ads[kk], dp4, kk);
+
+      /* dQ += dS·K */
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; kk++) wgmma_rs_m64k16<DP, BF16, 1>(acc, ads[kk], nmajor_desc<BN>(skt, kk));
+      wgmma_commit();
+      wgmma_wait<0>();
+      if (t == 0) mbar_arrive(&empty[s]);
+    }
+    store_rows<DP / 8>(acc4, p.dq, b * p.dq_bs + h * p.dq_hs, p.dq_ss, p.dq_ds, p.dq_dtype, q0 + 64 * cw + 16 * warp,
+                       p.sq, 0, p.d, p.scale, lane);
+  }
+#else
+  (void)p, (void)map_q, (void)map_k, (void)map_v, (void)map_do;
+  __trap(); /* the host launches these kernels only on sm_90 */
+#endif
+}
+
+} /* namespace attn */
+} /* namespace kiln */
+
+/* Both kernels take the same four maps; their boxes differ (dK/dV: K, V 128 rows, Q, dO 64;
+ * dQ: Q, dO 128 rows, K, V WG_DQ_BN). */
+#define KILN_ATTN_WG_BWD_ENTRIES(dt, bf16, dp)                                                                 \
+  extern "C" __global__ void __launch_bounds__(KILN_ATTN_WG_THREADS, 1) kiln_attn_bwd_dkdv_wgmma_##dt##_d##dp( \
+      const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                                    \
+      const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,                    \
+      const __grid_constant__ CUtensorMap map_do) {                                                            \
+    kiln::attn::dkdv_sm90<bf16, dp>(args, &map_q, &map_k, &map_v, &map_do);                                    \
+  }                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(KILN_ATTN_WG_THREADS, 1) kiln_attn_bwd_dq_wgmma_##dt##_d##dp(   \
+      const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                                    \
+      const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,                    \
+      const __grid_constant__ CUtensorMap map_do) {                                                            \
+    kiln::attn::dq_sm90<bf16, dp>(args, &map_q, &map_k, &map_v, &map_do);                                      \
+  }
+KILN_ATTN_WG_BWD_ENTRIES(f16, false, 64)
+KILN_ATTN_WG_BWD_ENTRIES(f16, false, 128)
+KILN_ATTN_WG_BWD_ENTRIES(bf16, true, 64)
+KILN_ATTN_WG_BWD_ENTRIES(bf16, true, 128)

@@ -1,0 +1,105 @@
+/*
+ * attention_sm90.cuh — what the sm_90a attention kernels share (attention_sm90.cu forward,
+ * attention_bwd_sm90.cu backward): [rows][DP] tiles of the [B, H, S, D] operands in shared
+ * memory as TMA leaves them, their wgmma descriptors, and the producer thread's loop.
+ *
+ * A tile of ROWS rows is DP / 64 boxes of [ROWS][64 columns] side by side, each ROWS x 128 bytes
+ * in the 128-byte swizzle (the layout wgmma reads; rows past S and columns past D are TMA's
+ * zero fill). A tile is read two ways:
+ *   k-major (the reduction runs along D: Q·Kᵀ, dO·Vᵀ, K·Qᵀ, V·dOᵀ): k16 step ks is 32 bytes
+ *     along the 128-byte row of box ks / 4; a warpgroup's 64 rows start 64·128 bytes in;
+ *   n-major (the reduction runs along the rows: P·V, dS·K, Pᵀ·dO, dSᵀ·Q): k16 step kk is 16 rows
+ *     (2048 bytes), LBO the distance between boxes, read with the transpose flag.
+ *
+ * Every kernel loads two "fixed" tiles once (Q (and dO) for the forward and dQ, K and V for
+ * dK/dV) and then walks a sequence of steps, each bringing two ring tiles (K and V, or Q and dO)
+ * into a slot of a STAGES-deep ring; the consumers release a slot on `empty` when their MMAs on
+ * it retired.
+ */
+#pragma once
+#include "attention.cuh"
+#include "gemm_sm90.cuh"
+
+namespace kiln {
+namespace attn {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* Loads the [ROWS][DP] tile starting at sequence row `row` of head h, batch b onto bar. */
+template <int DP, int ROWS>
+KILN_DEVICE void load_tile(uint8_t *dst, const CUtensorMap *map, uint64_t *bar, int row, int h, int b) {
+#pragma unroll
+  for (int c = 0; c < DP / 64; c++) sm90::tma_load_4d(dst + c * ROWS * 128, map, bar, 64 * c, row, h, b);
+}
+
+/* k16 step ks of a k-major read of a tile of ROWS rows (rows: the tile, or a warpgroup's part). */
+template <int ROWS>
+KILN_DEVICE uint64_t kmajor_desc(const uint8_t *rows, int ks) {
+  return sm90::smem_desc(rows + (ks / 4) * ROWS * 128 + 32 * (ks % 4), 16, 1024);
+}
+
+/* k16 step kk (rows 16 kk ..) of an n-major read of a tile of ROWS rows. */
+template <int ROWS>
+KILN_DEVICE uint64_t nmajor_desc(const uint8_t *tile, int kk) {
+  return sm90::smem_desc(tile + 2048 * kk, ROWS * 128, 1024);
+}
+
+/* The ring: slot s holds tile 0 then tile 1 of RROWS rows. */
+template <int DP, int RROWS>
+KILN_DEVICE uint8_t *ring_tile(uint8_t *ring, int s, int which) {
+  return ring + (2 * s + which) * RROWS * DP * 2;
+}
+
+/* The producer thread: fixed tiles (NFIXED of FROWS rows from maps f0, f1 at row frow of head fh)
+ * once onto fixed_full, then for each step the two ring tiles (maps r0, r1, coords(step, row,
+ * head) says where) into slot step % STAGES once the consumers released it, tile 0 on full0[s]
+ * and tile 1 on full1[s] so that the first product can start while the second tile lands. */
+template <int DP, int FROWS, int RROWS, int STAGES, int NFIXED, class Coords>
+KILN_DEVICE void produce(uint8_t *fixed, const CUtensorMap *f0, const CUtensorMap *f1, int frow, int fh, int b,
+                         uint64_t *fixed_full, uint8_t *ring, const CUtensorMap *r0, const CUtensorMap *r1,
+                         uint64_t *full0, uint64_t *full1, uint64_t *empty, int steps, Coords coords) {
+  constexpr int FBYTES = FROWS * DP * 2, RBYTES = RROWS * DP * 2;
+  sm90::mbar_expect_tx(fixed_full, NFIXED * FBYTES);
+  load_tile<DP, FROWS>(fixed, f0, fixed_full, frow, fh, b);
+  if (NFIXED > 1) load_tile<DP, FROWS>(fixed + FBYTES, f1, fixed_full, frow, fh, b);
+  for (int step = 0; step < steps; step++) {
+    const int s = step % STAGES;
+    int row, head;
+    coords(step, row, head);
+    sm90::mbar_wait(&empty[s], ((step / STAGES) & 1) ^ 1);
+    sm90::mbar_expect_tx(&full0[s], RBYTES);
+    load_tile<DP, RROWS>(ring_tile<DP, RROWS>(ring, s, 0), r0, &full0[s], row, head, b);
+    sm90::mbar_expect_tx(&full1[s], RBYTES);
+    load_tile<DP, RROWS>(ring_tile<DP, RROWS>(ring, s, 1), r1, &full1[s], row, head, b);
+  }
+}
+
+/* Barrier setup by thread 0: fixed_full, then full0, full1 and empty (2 consumers) per slot. */
+template <int STAGES>
+KILN_DEVICE void init_barriers(uint64_t *bars) {
+  if (threadIdx.x == 0) {
+    sm90::mbar_init(bars, 1);
+    for (int s = 0; s < STAGES; s++) {
+      sm90::mbar_init(&bars[1 + s], 1);
+      sm90::mbar_init(&bars[1 + STAGES + s], 1);
+      sm90::mbar_init(&bars[1 + 2 * STAGES + s], 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+}
+
+/* Shared memory of a kernel: 1024-byte aligned (the swizzle's period), fixed tiles, ring, then
+ * the barriers (1 + 3·STAGES). */
+KILN_DEVICE uint8_t *smem_base(uint8_t *raw) { return (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023); }
+
+/* Named barriers (id 0 is __syncthreads'): wait until `count` threads arrived, or arrive only. */
+KILN_DEVICE void named_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
+KILN_DEVICE void named_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+/* All 256 threads of the two consumer warpgroups (barrier 1; 2 and 3 are the forward's turns). */
+KILN_DEVICE void consumers_sync() { named_sync(1, 256); }
+#endif
+
+} /* namespace attn */
+} /* namespace kiln */
