@@ -4,9 +4,10 @@
  * dQ here, deterministic, no atomics), with warpgroup MMA fed by TMA (attention_sm90.cuh):
  *
  *   dK/dV: a block owns 128 keys of one K/V head (64 per consumer warpgroup); K and V are loaded
- *          once, Q and dO stream through the ring, 64 query rows per step, every head of the GQA
- *          group in turn (the group's sum happens in registers). Per step and warpgroup:
- *            Sᵀ  = K_w·Qᵀ, dPᵀ = V_w·dOᵀ       wgmma m64n64k16, both operands k-major in smem
+ *          once, Q and dO stream through the ring, BM = 128 (D = 64) or 64 (D = 128) query rows
+ *          per step, every head of the GQA group in turn (the group's sum happens in registers).
+ *          Per step and warpgroup:
+ *            Sᵀ  = K_w·Qᵀ, dPᵀ = V_w·dOᵀ       wgmma m64nBMk16, both operands k-major in smem
  *            Pᵀ  = exp2(Sᵀ·sl2 − lse2), dSᵀ = Pᵀ ∘ (dPᵀ − delta)      (per query column)
  *            dV += Pᵀ·dO, dK += dSᵀ·Q            wgmma m64nDk16, A from registers (the
  *                                                accumulator layout of Sᵀ), dO and Q n-major
@@ -32,7 +33,7 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
                                           const CUtensorMap *map_v, const CUtensorMap *map_do) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  constexpr int BN = KILN_ATTN_WG_KV_BN, BM = KILN_ATTN_WG_KV_BM, STAGES = KILN_ATTN_WG_BWD_STAGES;
+  constexpr int BN = KILN_ATTN_WG_KV_BN, BM = KILN_ATTN_WG_KV_BM(DP), STAGES = KILN_ATTN_WG_BWD_STAGES;
   constexpr int FIXED = BN * DP * 2, RING = STAGES * 2 * BM * DP * 2;
   static_assert(KILN_ATTN_WG_KV_SMEM_BYTES(DP) >= 2 * FIXED + RING + 1024 + (1 + 3 * STAGES) * 8 + 4 * BM * 4,
                 "smem budget");
@@ -248,7 +249,7 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
 } /* namespace attn */
 } /* namespace kiln */
 
-/* Both kernels take the same four maps; their boxes differ (dK/dV: K, V 128 rows, Q, dO 64;
+/* Both kernels take the same four maps; their boxes differ (dK/dV: K, V 128 rows, Q, dO BM;
  * dQ: Q, dO 128 rows, K, V WG_DQ_BN). */
 #define KILN_ATTN_WG_BWD_ENTRIES(dt, bf16, dp)                                                                 \
   extern "C" __global__ void __launch_bounds__(KILN_ATTN_WG_THREADS, 1) kiln_attn_bwd_dkdv_wgmma_##dt##_d##dp( \

@@ -213,17 +213,19 @@ typedef struct kiln_attn_args {
  * forward's 3 warpgroups; shared memory: two fixed tiles, a ring of WG_BWD_STAGES slots of two
  * tiles, 1 KB of alignment slack, the mbarriers (and for dK/dV the staged LSE and delta).
  *   dK/dV: a block owns WG_KV_BN = 128 keys (64 per consumer) of one K/V head, K and V loaded
- *          once, and walks the queries of its GQA group WG_KV_BM = 64 at a time (Q, dO in the ring).
+ *          once, and walks the queries of its GQA group WG_KV_BM(dp) at a time (Q, dO in the
+ *          ring): 128 for D = 64 (twice the work per step's fixed costs), 64 for D = 128 (the dK
+ *          and dV accumulators take 128 registers).
  *   dQ:    a block owns WG_BM = 128 query rows, Q and dO loaded once, and walks the keys
  *          WG_DQ_BN(dp) at a time (K, V in the ring): 128 for D = 64, 64 for D = 128 (registers). */
 #define KILN_ATTN_WG_KV_BN 128
-#define KILN_ATTN_WG_KV_BM 64
+#define KILN_ATTN_WG_KV_BM(dp) ((dp) <= 64 ? 128 : 64)
 #define KILN_ATTN_WG_BWD_STAGES 4
 #define KILN_ATTN_WG_DQ_BN(dp) ((dp) <= 64 ? 128 : 64)
 #define KILN_ATTN_WG_BWD_SMEM_BYTES(fixed_rows, ring_rows, dp)                                         \
   ((2 * (fixed_rows) + 2 * KILN_ATTN_WG_BWD_STAGES * (ring_rows)) * (dp) * 2 + 1024 +                  \
-   (1 + 3 * KILN_ATTN_WG_BWD_STAGES) * 8 + 4 * KILN_ATTN_WG_KV_BM * 4)
-#define KILN_ATTN_WG_KV_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_KV_BN, KILN_ATTN_WG_KV_BM, dp)
+   (1 + 3 * KILN_ATTN_WG_BWD_STAGES) * 8 + 4 * KILN_ATTN_WG_KV_BM(dp) * 4)
+#define KILN_ATTN_WG_KV_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_KV_BN, KILN_ATTN_WG_KV_BM(dp), dp)
 #define KILN_ATTN_WG_DQ_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), dp)
 
 /* The FLASH backward (kernels/attention_bwd_sm80.cu), 4 warps per block each:

@@ -11,8 +11,10 @@ B=${1:-build}
 MODE=${2:-quick}
 export PATH=$PATH:/usr/local/cuda/bin
 timeout 120 "$B/tests/test_gpu_attention" >"$OUT/test.txt" 2>&1
-echo "test_gpu_attention: exit $? ($(grep -cE 'FAILED ' "$OUT/test.txt") FAILED lines)"
+rc=$?
+echo "test_gpu_attention: exit $rc ($(grep -cE 'FAILED ' "$OUT/test.txt") FAILED lines)"
 grep -E "FAILED|PASSED|gpu_attention:" "$OUT/test.txt" | head -30 | cut -c1-200
+[ $rc = 124 ] && { echo "test_gpu_attention hung: stopping"; tail -5 "$OUT/test.txt"; exit 1; }
 timeout 240 compute-sanitizer --tool memcheck "$B/tests/test_gpu_attention" >"$OUT/memcheck.txt" 2>&1
 echo "memcheck: exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1)"
 timeout 120 compute-sanitizer --tool racecheck "$B/tests/test_gpu_attention" --filter strided_views_scale_long \

@@ -8,6 +8,10 @@
 #                                                  bf16, the Python GPU tests, and racecheck /
 #                                                  initcheck / synccheck of $SANITIZE_TESTS (the
 #                                                  programs a kernel change touches)
+#   scripts/device-release.sh attn BUILD           scripts/attn-wgmma-probe.sh (attention tests, memcheck,
+#                                                  racecheck, SASS, benchmark against SDPA), then
+#                                                  every GPU test, the demo, the Python GPU tests,
+#                                                  initcheck / synccheck of test_gpu_attention
 #   scripts/device-release.sh spot BUILD           the GEMM benchmarks a kernel change moves, in
 #                                                  about 3 minutes: int8 (both algos), matmul at
 #                                                  4096^3 (every algo and dtype), the
@@ -73,5 +77,25 @@ spot)
   KILN_LIBRARY="$PWD/$B/libkiln.so" timeout 60 python3 python/bench_overhead.py --repeats 3 --n 1000 >"$OUT/overhead.txt" 2>&1
   tail -8 "$OUT/overhead.txt"
   ;;
-*) echo "usage: scripts/device-release.sh bench|check|verify|spot BUILD [COMMIT]" >&2; exit 2 ;;
+attn)
+  bash scripts/attn-wgmma-probe.sh "$B" quick >"$OUT/probe-summary.txt" 2>&1
+  grep -v mma_sync "$OUT/probe-summary.txt" | cut -c1-150 | tail -44
+  mkdir -p /tmp/a
+  timeout 200 bash scripts/gpu-session.sh "$B" info tests >/dev/null 2>&1
+  tar xzf "$OUT/logs.tgz" -C /tmp && mv /tmp/logs /tmp/a/tests
+  grep -E "rc=" /tmp/a/tests/summary.txt | cut -c1-140
+  for d in f16 bf16; do
+    timeout 60 "$B/tools/kiln-demo" --dtype $d >/tmp/a/demo-$d.txt 2>&1
+    echo "kiln-demo --dtype $d: exit $?: $(tail -1 /tmp/a/demo-$d.txt | cut -c1-150)"
+  done
+  timeout 150 bash tests/run_python_tests.sh gpu "$PWD/$B/libkiln.so" >/tmp/a/python-gpu.txt 2>&1
+  echo "python gpu tests: exit $?: $(tail -1 /tmp/a/python-gpu.txt | cut -c1-150)"
+  SANITIZE_TOOLS="initcheck synccheck" SANITIZE_TESTS=test_gpu_attention timeout 120 \
+    bash scripts/gpu-session.sh "$B" sanitize-all >/dev/null 2>&1
+  rm -rf /tmp/logs && tar xzf "$OUT/logs.tgz" -C /tmp && cp /tmp/logs/*check-*.log /tmp/a/ 2>/dev/null
+  grep -hE "^(initcheck|synccheck)" /tmp/logs/summary.txt | cut -c1-200
+  rm -f "$OUT/logs.tgz" "$OUT/summary.txt"
+  tar czf "$OUT/attn.tgz" -C /tmp a
+  ;;
+*) echo "usage: scripts/device-release.sh bench|check|verify|spot|attn BUILD [COMMIT]" >&2; exit 2 ;;
 esac

@@ -221,7 +221,7 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
         (st = launch_wgmma(ctx, op, &args,
                            wgmma_kernel(KILN_K_ATTN_BWD_DKDV_WG_f16_D64, KILN_K_ATTN_BWD_DKDV_WG_bf16_D64, a),
                            (unsigned)((a->sk + KILN_ATTN_WG_KV_BN - 1) / KILN_ATTN_WG_KV_BN), (unsigned)a->hkv,
-                           (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM, KILN_ATTN_WG_KV_BN, true,
+                           (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM(dp), KILN_ATTN_WG_KV_BN, true,
                            stream)))
       return st;
     if (a->dq)
