@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""The peer of `kiln-bench attention`: PyTorch SDPA (flash backend) forward and forward+backward
-times on the same shapes, written as lines "S D causal dtype fwd_us fwdbwd_us" (medians of
-CUDA-event timings after warm-up, random inputs; the backward gets a random dO). Run on the GPU machine before kiln-bench attention --peer FILE:
-    python3 scripts/bench_sdpa.py [--quick] [--dtype f16|bf16|all] > sdpa.txt"""
+"""The peer of `kiln-bench attention`: PyTorch SDPA (flash backend, or cuDNN with --backend cudnn)
+forward and forward+backward times on the same shapes, written as lines "S D causal dtype fwd_us
+fwdbwd_us" (medians of CUDA-event timings after warm-up, random inputs; the backward gets a random
+dO) after a "# ... SDPA <backend> backend" header, which names the peer in kiln-bench's table.
+Run on the GPU machine before kiln-bench attention --peer FILE:
+    python3 scripts/bench_sdpa.py [--quick] [--dtype f16|bf16|all] [--backend flash|cudnn] > sdpa.txt"""
 import argparse
 import statistics
 
@@ -14,11 +16,13 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--quick", action="store_true")
 ap.add_argument("--dtype", default="f16", choices=["f16", "bf16", "all"])
 ap.add_argument("--reps", type=int, default=30)
+ap.add_argument("--backend", default="flash", choices=["flash", "cudnn"])
 a = ap.parse_args()
 dtypes = {"f16": [torch.float16], "bf16": [torch.bfloat16], "all": [torch.float16, torch.bfloat16]}[a.dtype]
 names = {torch.float16: "f16", torch.bfloat16: "bf16"}
 lengths = [2048, 8192] if a.quick else [512, 1024, 2048, 4096, 8192, 16384]
-print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}, SDPA flash backend")
+backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[a.backend]
+print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}, SDPA {a.backend} backend")
 for d in (64, 128):
     for causal in (0, 1):
         for dt in dtypes:
@@ -37,7 +41,7 @@ for d in (64, 128):
                     torch.autograd.grad(o, (q, k, v), dout)
 
                 med = []
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                with sdpa_kernel(backend):
                     for fn in (fwd, fwdbwd):
                         for _ in range(10):
                             fn()

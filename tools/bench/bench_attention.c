@@ -43,12 +43,19 @@ typedef struct peer_time {
   double us, bwd_us; /* forward, forward+backward (NaN when the file has no such column) */
 } peer_time;
 
+/* The peer's name for the table: "torch sdpa <backend>" from the file's header line. */
+static char peer_label[32] = "torch sdpa flash";
+
 static int read_peer(const char *path, peer_time *out, int cap) {
   FILE *f = path ? fopen(path, "r") : NULL;
   if (!f) return 0;
   int n = 0;
   char line[256];
   while (n < cap && fgets(line, sizeof line, f)) {
+    const char *sdpa = line[0] == '#' ? strstr(line, "SDPA ") : NULL;
+    char backend[16];
+    if (sdpa && sscanf(sdpa + 5, "%15s", backend) == 1)
+      snprintf(peer_label, sizeof peer_label, "torch sdpa %s", backend);
     const int got = sscanf(line, "%d %d %d %7s %lf %lf", &out[n].s, &out[n].d, &out[n].causal, out[n].dtype,
                            &out[n].us, &out[n].bwd_us);
     if (got == 5) out[n].bwd_us = NAN;
@@ -100,7 +107,7 @@ static int time_row(bench_env *env, bench_fn fn, attn_call *c, const char *op, c
   bench_row row;
   bench_row_init(&row, op, shape, bench_dtype_name(dt), algo, BENCH_TFLOPS, flops);
   if (!isnan(peer_us)) {
-    snprintf(row.peer, sizeof row.peer, "torch sdpa flash");
+    snprintf(row.peer, sizeof row.peer, "%s", peer_label);
     row.peer_t.median_us = row.peer_t.min_us = row.peer_t.p90_us = peer_us;
   }
   if (bench_time(env, env->stream, fn, c, bench_default_reps(env), &row.kiln)) {
