@@ -135,6 +135,23 @@ constexpr float LOG2E = 1.4426950408889634f;
 /* The forward's LSE in log2 units, with "no contribution" (-inf: no visible key) as +inf. */
 KILN_DEVICE float lse_log2(float lse) { return lse == -INFINITY ? INFINITY : lse * LOG2E; }
 
+/* Key blocks of bn keys that query rows [q0, q0 + rows) see: all of Sk, or with causal up to the
+ * last row's diagonal (query i sees keys j <= i + shift, shift = Sk - Sq). */
+KILN_DEVICE int key_blocks(const kiln_attn_args &p, int shift, int q0, int rows, int bn) {
+  int kend = p.sk;
+  if (p.causal) kend = min(kend, max(0, q0 + rows + shift));
+  return (kend + bn - 1) / bn;
+}
+
+/* The backward's statistics of query row `row` (of head h, batch b): its LSE in log2 units and
+ * delta = dO·O; a row past Sq gets +inf and 0, so its P is 0. */
+KILN_DEVICE float row_lse2(const kiln_attn_args &p, int b, int h, int row) {
+  return row < p.sq ? lse_log2(p.lse[b * p.lse_bs + h * p.lse_hs + row]) : INFINITY;
+}
+KILN_DEVICE float row_delta(const kiln_attn_args &p, int b, int h, int row) {
+  return row < p.sq ? p.delta[((int64_t)b * p.hq + h) * p.sq + row] : 0.f;
+}
+
 /* Stores a warp's 16 x (NT·8) f32 accumulator (rows r0 + lane/4 (+8), columns c0 + …) times
  * mul into out (element (row, col) at base + row·rs + col·cs, dtype dt), predicated. */
 template <int NT>

@@ -200,9 +200,7 @@ __device__ __forceinline__ void dq(const kiln_attn_args &p) {
   const uint16_t *V = (const uint16_t *)p.v + b * p.v_bs + hk * p.v_hs;
 
   const int shift = p.sk - p.sq;
-  int kend = p.sk;
-  if (p.causal) kend = min(kend, max(0, q0 + BM - 1 + shift + 1));
-  const int nblocks = (kend + BN - 1) / BN;
+  const int nblocks = key_blocks(p, shift, q0, BM, BN);
 
   TileLoader<BM, DP, THREADS> lq, ldo;
   lq.g = (const uint16_t *)p.q + b * p.q_bs + h * p.q_hs + (int64_t)q0 * p.q_ss;
@@ -234,8 +232,8 @@ __device__ __forceinline__ void dq(const kiln_attn_args &p) {
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     const int row = row0 + 8 * r;
-    lse2[r] = row < p.sq ? lse_log2(p.lse[b * p.lse_bs + h * p.lse_hs + row]) : INFINITY;
-    delta[r] = row < p.sq ? p.delta[((int64_t)b * p.hq + h) * p.sq + row] : 0.f;
+    lse2[r] = row_lse2(p, b, h, row);
+    delta[r] = row_delta(p, b, h, row);
   }
   float acc[OT][4];
 #pragma unroll

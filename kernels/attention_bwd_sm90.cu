@@ -82,10 +82,10 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
       float *lse2 = stats + (step & 1) * 2 * BM, *delta = lse2 + BM;
       if (ct < BM) {
         const int row = q0 + ct;
-        lse2[ct] = row < p.sq ? lse_log2(p.lse[b * p.lse_bs + h * p.lse_hs + row]) : INFINITY;
+        lse2[ct] = row_lse2(p, b, h, row);
       } else if (ct < 2 * BM) {
         const int row = q0 + ct - BM;
-        delta[ct - BM] = row < p.sq ? p.delta[((int64_t)b * p.hq + h) * p.sq + row] : 0.f;
+        delta[ct - BM] = row_delta(p, b, h, row);
       }
       consumers_sync();
 
@@ -164,9 +164,7 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const int tile = p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
   const int q0 = tile * BM, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv), shift = p.sk - p.sq;
-  int kend = p.sk;
-  if (p.causal) kend = min(kend, max(0, q0 + BM + shift));
-  const int nblocks = (kend + BN - 1) / BN;
+  const int nblocks = key_blocks(p, shift, q0, BM, BN);
   init_barriers<STAGES>(qdo_full);
 
   if (wg == 0) { /* producer */
@@ -189,8 +187,8 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
 #pragma unroll
     for (int r = 0; r < 2; r++) {
       const int row = row0 + 8 * r;
-      lse2[r] = row < p.sq ? lse_log2(p.lse[b * p.lse_bs + h * p.lse_hs + row]) : INFINITY;
-      delta[r] = row < p.sq ? p.delta[((int64_t)b * p.hq + h) * p.sq + row] : 0.f;
+      lse2[r] = row_lse2(p, b, h, row);
+      delta[r] = row_delta(p, b, h, row);
     }
     const uint8_t *sqw = sq + cw * 64 * 128, *sdow = sdo + cw * 64 * 128;
     mbar_wait(qdo_full, 0);

@@ -53,11 +53,8 @@ __device__ __forceinline__ void forward(const kiln_attn_args &p) {
   const uint16_t *K = (const uint16_t *)p.k + b * p.k_bs + hk * p.k_hs;
   const uint16_t *V = (const uint16_t *)p.v + b * p.v_bs + hk * p.v_hs;
 
-  /* Keys this tile can see: all Sk, or with causal up to the last row's diagonal. */
   const int shift = p.sk - p.sq; /* query i sees keys j <= i + shift */
-  int kend = p.sk;
-  if (p.causal) kend = min(kend, max(0, q0 + BR - 1 + shift + 1));
-  const int nblocks = (kend + BC - 1) / BC;
+  const int nblocks = key_blocks(p, shift, q0, BR, BC);
 
   TileLoader<BR, DP, THREADS> lq;
   lq.g = Q + (int64_t)q0 * p.q_ss;
@@ -92,7 +89,7 @@ __device__ __forceinline__ void forward(const kiln_attn_args &p) {
   float m[MT][2], l[MT][2];
 #pragma unroll
   for (int i = 0; i < MT; i++) m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.f;
-  const float sl2 = p.scale * 1.4426950408889634f; /* scale·log2 e: exp(scale·x) = exp2(sl2·x) */
+  const float sl2 = p.scale * LOG2E; /* exp(scale·x) = exp2(sl2·x) */
   const int row0 = q0 + warp * WM + lane / 4;      /* row of (tile i, half r): row0 + 16 i + 8 r */
 
   for (int blk = 0; blk < nblocks; blk++) {

@@ -57,9 +57,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
   const int tile = p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
   const int q0 = tile * BM, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv);
   const int shift = p.sk - p.sq; /* query i sees keys j <= i + shift */
-  int kend = p.sk;
-  if (p.causal) kend = min(kend, max(0, q0 + BM + shift));
-  const int nblocks = (kend + BN - 1) / BN;
+  const int nblocks = key_blocks(p, shift, q0, BM, BN);
   init_barriers<STAGES>(q_full);
 
   if (wg == 0) { /* producer */
