@@ -19,6 +19,25 @@
 #                                                  Python bridge's per-call overhead
 # Everything goes to $OUT (few files: the device tool returns a handful).
 mode=$1 B=$2 C=${3:-unknown}
+
+# The demo in f16 and bf16, then the Python GPU tests; logs into directory $1.
+demo_and_python() {
+  for d in f16 bf16; do
+    timeout 60 "$B/tools/kiln-demo" --dtype $d >"$1/demo-$d.txt" 2>&1
+    echo "kiln-demo --dtype $d: exit $?: $(tail -1 "$1/demo-$d.txt" | cut -c1-150)"
+  done
+  timeout 150 bash tests/run_python_tests.sh gpu "$PWD/$B/libkiln.so" >"$1/python-gpu.txt" 2>&1
+  echo "python gpu tests: exit $?: $(tail -1 "$1/python-gpu.txt" | cut -c1-150)"
+}
+# gpu-session.sh sanitize-all (SANITIZE_TOOLS / SANITIZE_TESTS as the caller set them) for at
+# most $2 seconds; logs into directory $1, one summary line per program and tool.
+sanitize_more() {
+  timeout "$2" bash scripts/gpu-session.sh "$B" sanitize-all >/dev/null 2>&1
+  rm -rf /tmp/logs && tar xzf "$OUT/logs.tgz" -C /tmp && cp /tmp/logs/*check-*.log "$1/" 2>/dev/null
+  grep -hE "^(racecheck|initcheck|synccheck)" /tmp/logs/summary.txt | cut -c1-200
+  rm -f "$OUT/logs.tgz" "$OUT/summary.txt"
+}
+
 case $mode in
 bench)
   export KILN_BENCH_QUICK=1 KILN_BENCH_TIMEOUT=${KILN_BENCH_TIMEOUT:-150}
@@ -52,17 +71,8 @@ verify)
   timeout 260 bash scripts/gpu-session.sh "$B" info tests sanitize >/dev/null 2>&1
   tar xzf "$OUT/logs.tgz" -C /tmp && mv /tmp/logs /tmp/v/tests
   grep -vE "^ *[0-9a-z_]+ *\| " /tmp/v/tests/summary.txt | cut -c1-200 | head -40
-  for d in f16 bf16; do
-    timeout 60 "$B/tools/kiln-demo" --dtype $d >/tmp/v/demo-$d.txt 2>&1
-    echo "kiln-demo --dtype $d: exit $?: $(tail -1 /tmp/v/demo-$d.txt | cut -c1-150)"
-  done
-  timeout 150 bash tests/run_python_tests.sh gpu "$PWD/$B/libkiln.so" >/tmp/v/python-gpu.txt 2>&1
-  echo "python gpu tests: exit $?: $(tail -1 /tmp/v/python-gpu.txt | cut -c1-150)"
-  SANITIZE_TESTS=${SANITIZE_TESTS:-test_gpu_int4} timeout "${SAN_SECONDS:-100}" \
-    bash scripts/gpu-session.sh "$B" sanitize-all >/dev/null 2>&1
-  rm -rf /tmp/logs && tar xzf "$OUT/logs.tgz" -C /tmp && cp /tmp/logs/*check-*.log /tmp/v/ 2>/dev/null
-  grep -hE "^(racecheck|initcheck|synccheck)" /tmp/logs/summary.txt | cut -c1-200
-  rm -f "$OUT/logs.tgz" "$OUT/summary.txt"
+  demo_and_python /tmp/v
+  SANITIZE_TESTS=${SANITIZE_TESTS:-test_gpu_int4} sanitize_more /tmp/v "${SAN_SECONDS:-100}"
   tar czf "$OUT/verify.tgz" -C /tmp v
   ;;
 spot)
@@ -84,17 +94,8 @@ attn)
   timeout 200 bash scripts/gpu-session.sh "$B" info tests >/dev/null 2>&1
   tar xzf "$OUT/logs.tgz" -C /tmp && mv /tmp/logs /tmp/a/tests
   grep -E "rc=" /tmp/a/tests/summary.txt | cut -c1-140
-  for d in f16 bf16; do
-    timeout 60 "$B/tools/kiln-demo" --dtype $d >/tmp/a/demo-$d.txt 2>&1
-    echo "kiln-demo --dtype $d: exit $?: $(tail -1 /tmp/a/demo-$d.txt | cut -c1-150)"
-  done
-  timeout 150 bash tests/run_python_tests.sh gpu "$PWD/$B/libkiln.so" >/tmp/a/python-gpu.txt 2>&1
-  echo "python gpu tests: exit $?: $(tail -1 /tmp/a/python-gpu.txt | cut -c1-150)"
-  SANITIZE_TOOLS="initcheck synccheck" SANITIZE_TESTS=test_gpu_attention timeout 120 \
-    bash scripts/gpu-session.sh "$B" sanitize-all >/dev/null 2>&1
-  rm -rf /tmp/logs && tar xzf "$OUT/logs.tgz" -C /tmp && cp /tmp/logs/*check-*.log /tmp/a/ 2>/dev/null
-  grep -hE "^(initcheck|synccheck)" /tmp/logs/summary.txt | cut -c1-200
-  rm -f "$OUT/logs.tgz" "$OUT/summary.txt"
+  demo_and_python /tmp/a
+  SANITIZE_TOOLS="initcheck synccheck" SANITIZE_TESTS=test_gpu_attention sanitize_more /tmp/a 120
   tar czf "$OUT/attn.tgz" -C /tmp a
   ;;
 *) echo "usage: scripts/device-release.sh bench|check|verify|spot|attn BUILD [COMMIT]" >&2; exit 2 ;;

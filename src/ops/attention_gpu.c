@@ -53,7 +53,8 @@ static kiln_status check_flash(const char *op, const kiln_attn_args *a) {
 }
 
 /* Head dims are padded to the kernels' DP: 64, 128 or 256. Each kernel family is listed as
- * D64, D128, D256 per dtype (kernel_list.h), so its kernel is the dtype's first plus 0, 1 or 2. */
+ * D64, D128[, D256] per dtype (kernel_list.h; the WGMMA families stop at D128, which is all they
+ * are chosen for), so its kernel is the dtype's first plus 0, 1 or 2. */
 static int padded_dim(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
 static kiln_kernel_id family_kernel(kiln_kernel_id f16_d64, kiln_kernel_id bf16_d64, const kiln_attn_args *a) {
   const int dp = padded_dim(a->d);
@@ -94,12 +95,9 @@ static kiln_status attn_map(const kiln_context *ctx, const char *op, const char 
                        "use KILN_ATTENTION_FLASH_MMA_SYNC",
                        op, name, strides[i]);
   }
-  const uint32_t box[4] = {64, rows, 1, 1}, unit[4] = {1, 1, 1, 1};
+  const uint32_t box[4] = {64, rows, 1, 1};
   const int type = a->in_dtype == KILN_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  CUresult r = ctx->cu->cuTensorMapEncodeTiled(map, type, 4, (void *)(uintptr_t)data, dims, strides, box, unit,
-                                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
+  return kiln_tma_map(ctx, op, type, 4, data, dims, strides, box, map);
 }
 
 /* One WGMMA kernel: its TMA maps (q, k, v, and dO for the backward, as the kernels read it: the
@@ -119,11 +117,6 @@ static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const k
   kiln_attn_args args = *a;
   void *params[] = {&args, &maps[0], &maps[1], &maps[2], &maps[3]};
   return kiln_launch(ctx, kernel, gx, gy, (unsigned)a->batch, KILN_ATTN_WG_THREADS, smem, stream, params, op);
-}
-
-/* The kernel of a WGMMA family listed D64, D128 per dtype (kernel_list.h). */
-static kiln_kernel_id wgmma_kernel(kiln_kernel_id f16_d64, kiln_kernel_id bf16_d64, const kiln_attn_args *a) {
-  return (kiln_kernel_id)((a->in_dtype == KILN_DT_BF16 ? bf16_d64 : f16_d64) + (padded_dim(a->d) == 64 ? 0 : 1));
 }
 
 /* The kernel family an algo runs: NULL for WGMMA, else why not ("" when MMA_SYNC was asked for),
@@ -150,7 +143,7 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
   const char *misfit;
   if (st || (st = choose(ctx, op, a, algo, &misfit))) return st;
   if (!misfit)
-    return launch_wgmma(ctx, op, a, wgmma_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a),
+    return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a),
                         (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
                         (unsigned)KILN_ATTN_WG_SMEM_BYTES(padded_dim(a->d)), KILN_ATTN_WG_BM, KILN_ATTN_WG_BN, false,
                         stream);
@@ -219,13 +212,14 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
   if (!misfit) { /* the sm_90a kernels (TMA maps of the dO they read) */
     if ((a->dk || a->dv) &&
         (st = launch_wgmma(ctx, op, &args,
-                           wgmma_kernel(KILN_K_ATTN_BWD_DKDV_WG_f16_D64, KILN_K_ATTN_BWD_DKDV_WG_bf16_D64, a),
+                           family_kernel(KILN_K_ATTN_BWD_DKDV_WG_f16_D64, KILN_K_ATTN_BWD_DKDV_WG_bf16_D64, a),
                            (unsigned)((a->sk + KILN_ATTN_WG_KV_BN - 1) / KILN_ATTN_WG_KV_BN), (unsigned)a->hkv,
                            (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM(dp), KILN_ATTN_WG_KV_BN, true,
                            stream)))
       return st;
     if (a->dq)
-      return launch_wgmma(ctx, op, &args, wgmma_kernel(KILN_K_ATTN_BWD_DQ_WG_f16_D64, KILN_K_ATTN_BWD_DQ_WG_bf16_D64, a),
+      return launch_wgmma(ctx, op, &args,
+                          family_kernel(KILN_K_ATTN_BWD_DQ_WG_f16_D64, KILN_K_ATTN_BWD_DQ_WG_bf16_D64, a),
                           (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
                           (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp), KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), true,
                           stream);

@@ -16,6 +16,15 @@ bool kiln_wgmma_operand_ok(const kiln_matrix *m) {
   return (uintptr_t)m->data % 16 == 0 && (kiln_matrix_ld(m) * e) % 16 == 0 && (m->bs * e) % 16 == 0;
 }
 
+kiln_status kiln_tma_map(const kiln_context *ctx, const char *op, int type, uint32_t rank, const void *data,
+                         const uint64_t *dims, const uint64_t *strides, const uint32_t *box, kiln_tensor_map *map) {
+  const uint32_t unit[5] = {1, 1, 1, 1, 1};
+  CUresult r = ctx->cu->cuTensorMapEncodeTiled(map, type, rank, (void *)(uintptr_t)data, dims, strides, box, unit,
+                                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
+}
+
 /* A TMA descriptor for one operand: dimension 0 is the operand's contiguous one, dimension 1 the
  * other, dimension 2 the batch (absent when the operand broadcasts). The box is 128 bytes (the
  * swizzle width) along dimension 0 and box_outer along dimension 1. */
@@ -30,7 +39,7 @@ static kiln_status operand_map(const kiln_context *ctx, const char *op, const ch
   strides[0] = (strides[0] + 15) & ~15ull;
   strides[1] = (strides[1] + 15) & ~15ull;
   const uint32_t rank = m->bs != 0 ? 3 : 2;
-  const uint32_t box[3] = {(uint32_t)(128 / m->elem), box_outer, 1}, unit[3] = {1, 1, 1};
+  const uint32_t box[3] = {(uint32_t)(128 / m->elem), box_outer, 1};
   if (strides[0] >= (1ull << 40) || strides[1] >= (1ull << 40) || dims[0] > UINT32_MAX || dims[1] > UINT32_MAX)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
                      "%s: algo WGMMA: %s's strides (%" PRIu64 " and %" PRIu64 " bytes) exceed what TMA addresses "
@@ -39,10 +48,7 @@ static kiln_status operand_map(const kiln_context *ctx, const char *op, const ch
   const int type = m->elem == 1            ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                    : KILN_IS_BF16(m->dtype) ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  CUresult r = ctx->cu->cuTensorMapEncodeTiled(map, type, rank, m->data, dims, strides, box, unit,
-                                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
+  return kiln_tma_map(ctx, op, type, rank, m->data, dims, strides, box, map);
 }
 
 /* The widest tile whose 128-row tiles still give enough blocks. 128 x 256 tiles load the fewest
