@@ -32,6 +32,14 @@ KILN_DEVICE uint32_t pack2(float lo, float hi) {
   }
 }
 
+/* Half `hi` (0: low, 1: high) of a pack2 result, back in f32. */
+template <bool BF16>
+KILN_DEVICE float unpack_half(uint32_t v, int hi) {
+  const uint16_t h = (uint16_t)(hi ? v >> 16 : v & 0xFFFF);
+  if (BF16) return __uint_as_float((uint32_t)h << 16);
+  return __half2float(__ushort_as_half(h));
+}
+
 /* The A fragment of k16 step t from an accumulator of n8 fragments f (see above). */
 template <bool BF16, int N>
 KILN_DEVICE void acc_to_a_frag(uint32_t (&a)[4], const float (&f)[N][4], int t) {

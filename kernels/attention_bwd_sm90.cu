@@ -19,9 +19,8 @@
  * dK, dQ are scaled by `scale` at the end; every store is predicated (rows < S, columns < D).
  *
  * Masking: padded query rows have P = 0 (lse2 = +inf) and zero dO, Q; keys past Sk and, when
- * causal, right of the diagonal are masked to P = 0 in the steps that hold any. (A padded key's
- * P would be exp2(-lse2), possibly inf: harmless in dK/dV, where it stays in that key's unstored
- * row, but dQ sums over keys, so it masks them.)
+ * causal, right of the diagonal get the score -inf (P = 0) before the exponent, in a pass that
+ * only the steps holding any of them run.
  */
 #include "attention_sm90.cuh"
 
@@ -89,7 +88,8 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
       }
       consumers_sync();
 
-      /* Sᵀ = K_w·Qᵀ and dPᵀ = V_w·dOᵀ */
+      /* Sᵀ = K_w·Qᵀ and dPᵀ = V_w·dOᵀ, two commit groups: Pᵀ is computed while dPᵀ runs, and
+       * dV += Pᵀ·dO runs while dSᵀ is */
 #pragma unroll
       for (int i = 0; i < BM / 2; i++) st[i] = dpt[i] = 0.f;
       mbar_wait(&q_full[s], phase);
@@ -97,39 +97,55 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
 #pragma unroll
       for (int ks = 0; ks < DP / 16; ks++)
         wgmma_m64k16<BM, BF16, 0, 0>(st, kmajor_desc<BN>(skw, ks), kmajor_desc<BM>(sqt, ks));
+      wgmma_commit();
       mbar_wait(&do_full[s], phase);
 #pragma unroll
       for (int ks = 0; ks < DP / 16; ks++)
         wgmma_m64k16<BM, BF16, 0, 0>(dpt, kmajor_desc<BN>(svw, ks), kmajor_desc<BM>(sdo, ks));
       wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<1>();
 
-      /* Pᵀ and dSᵀ in place; causal steps that cross the diagonal mask */
-      const bool mask = p.causal && q0 < k0 + BN - 1 - shift;
+      /* Pᵀ in place: keys past Sk (the last block) and, when causal, right of the diagonal (steps
+       * that cross it) get -inf scores first, so the common step runs no mask at all */
+      if (k0 + BN > p.sk || (p.causal && q0 < k0 + BN - 1 - shift)) {
+#pragma unroll
+        for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int qi = j * 8 + (lane % 4) * 2 + (e & 1), key = key0 + 8 * (e >> 1);
+            if (key >= p.sk || (p.causal && key > q0 + qi + shift)) st4[j][e] = -INFINITY;
+          }
+      }
+#pragma unroll
+      for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          st4[j][e] = exp2_fast(fmaf(st4[j][e], sl2, -lse2[j * 8 + (lane % 4) * 2 + (e & 1)]));
+      uint32_t ap[BM / 16][4], ads[BM / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; kk++) acc_to_a_frag<BF16>(ap[kk], st4, kk);
+      /* dV += Pᵀ·dO */
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; kk++) wgmma_rs_m64k16<DP, BF16, 1>(dv, ap[kk], nmajor_desc<BM>(sdo, kk));
+      wgmma_commit();
+      wgmma_wait<1>();
+
+      /* dSᵀ = Pᵀ ∘ (dPᵀ − delta), then dK += dSᵀ·Q. With BM = 128 (D = 64) the f32 Pᵀ does not
+       * fit beside dPᵀ, dK, dV and the A fragments in flight: P comes back from those (rounded
+       * to 16 bits, as dSᵀ itself is next) */
 #pragma unroll
       for (int j = 0; j < BM / 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          const int qi = j * 8 + (lane % 4) * 2 + (e & 1), key = key0 + 8 * (e >> 1);
-          float pr = exp2_fast(fmaf(st4[j][e], sl2, -lse2[qi]));
-          if (mask && key > q0 + qi + shift) pr = 0.f;
-          st4[j][e] = pr;
-          dpt4[j][e] = pr * (dpt4[j][e] - delta[qi]);
+          const float pr = BM > 64 ? unpack_half<BF16>(ap[j / 2][(j % 2) * 2 + (e >> 1)], e & 1) : st4[j][e];
+          dpt4[j][e] = pr * (dpt4[j][e] - delta[j * 8 + (lane % 4) * 2 + (e & 1)]);
         }
-      uint32_t ap[BM / 16][4], ads[BM / 16][4];
 #pragma unroll
-      for (int kk = 0; kk < BM / 16; kk++) {
-        acc_to_a_frag<BF16>(ap[kk], st4, kk);
-        acc_to_a_frag<BF16>(ads[kk], dpt4, kk);
-      }
-
-      /* dV += Pᵀ·dO, dK += dSᵀ·Q */
+      for (int kk = 0; kk < BM / 16; kk++) acc_to_a_frag<BF16>(ads[kk], dpt4, kk);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BM / 16; kk++) {
-        wgmma_rs_m64k16<DP, BF16, 1>(dv, ap[kk], nmajor_desc<BM>(sdo, kk));
-        wgmma_rs_m64k16<DP, BF16, 1>(dk, ads[kk], nmajor_desc<BM>(sqt, kk));
-      }
+      for (int kk = 0; kk < BM / 16; kk++) wgmma_rs_m64k16<DP, BF16, 1>(dk, ads[kk], nmajor_desc<BM>(sqt, kk));
       wgmma_commit();
       wgmma_wait<0>();
       if (t == 0) mbar_arrive(&empty[s]);
@@ -197,7 +213,7 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
       const uint32_t phase = (blk / STAGES) & 1;
       const uint8_t *skt = ring_tile<DP, BN>(ring, s, 0), *svt = ring_tile<DP, BN>(ring, s, 1);
 
-      /* S = Q_w·Kᵀ and dP = dO_w·Vᵀ */
+      /* S = Q_w·Kᵀ and dP = dO_w·Vᵀ, two commit groups: P is computed while dP runs */
 #pragma unroll
       for (int i = 0; i < BN / 2; i++) sc[i] = dp[i] = 0.f;
       mbar_wait(&k_full[s], phase);
@@ -205,24 +221,34 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
 #pragma unroll
       for (int ks = 0; ks < DP / 16; ks++)
         wgmma_m64k16<BN, BF16, 0, 0>(sc, kmajor_desc<BM>(sqw, ks), kmajor_desc<BN>(skt, ks));
+      wgmma_commit();
       mbar_wait(&v_full[s], phase);
 #pragma unroll
       for (int ks = 0; ks < DP / 16; ks++)
         wgmma_m64k16<BN, BF16, 0, 0>(dp, kmajor_desc<BM>(sdow, ks), kmajor_desc<BN>(svt, ks));
       wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<1>();
 
-      /* dS in place of dP; steps with keys past Sk or right of the tile's first row's diagonal mask */
-      const bool mask = kb + BN > p.sk || (p.causal && kb + BN - 1 > q0 + shift);
+      /* P in place of S: keys past Sk or right of the diagonal (steps that hold any) get -inf
+       * scores first; then dS in place of dP */
+      if (kb + BN > p.sk || (p.causal && kb + BN - 1 > q0 + shift)) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int key = kb + j * 8 + (lane % 4) * 2 + (e & 1), r = e >> 1;
+            if (!(key < p.sk && (!p.causal || key <= row0 + 8 * r + shift))) s4[j][e] = -INFINITY;
+          }
+      }
 #pragma unroll
       for (int j = 0; j < BN / 8; j++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int key = kb + j * 8 + (lane % 4) * 2 + (e & 1), r = e >> 1;
-          float pr = exp2_fast(fmaf(s4[j][e], sl2, -lse2[r]));
-          if (mask && !(key < p.sk && (!p.causal || key <= row0 + 8 * r + shift))) pr = 0.f;
-          dp4[j][e] = pr * (dp4[j][e] - delta[r]);
-        }
+        for (int e = 0; e < 4; e++) s4[j][e] = exp2_fast(fmaf(s4[j][e], sl2, -lse2[e >> 1]));
+      wgmma_wait<0>();
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dp4[j][e] = s4[j][e] * (dp4[j][e] - delta[e >> 1]);
       uint32_t ads[BN / 16][4];
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(ads[kk], dp4, kk);

@@ -219,9 +219,17 @@ typedef struct kiln_attn_args {
  *   dQ:    a block owns WG_BM = 128 query rows, Q and dO loaded once, and walks the keys
  *          WG_DQ_BN(dp) at a time (K, V in the ring): 128 for D = 64, 64 for D = 128 (registers). */
 #define KILN_ATTN_WG_KV_BN 128
-#define KILN_ATTN_WG_KV_BM(dp) ((dp) <= 64 ? 128 : 64)
-#define KILN_ATTN_WG_BWD_STAGES 4
-#define KILN_ATTN_WG_DQ_BN(dp) ((dp) <= 64 ? 128 : 64)
+#ifndef KILN_ATTN_WG_KV_BM_D64 /* the #ifndef values can be overridden for tuning (KILN_TUNE_DEFS) */
+#define KILN_ATTN_WG_KV_BM_D64 128
+#endif
+#define KILN_ATTN_WG_KV_BM(dp) ((dp) <= 64 ? KILN_ATTN_WG_KV_BM_D64 : 64)
+#ifndef KILN_ATTN_WG_BWD_STAGES
+#define KILN_ATTN_WG_BWD_STAGES 2
+#endif
+#ifndef KILN_ATTN_WG_DQ_BN_D128
+#define KILN_ATTN_WG_DQ_BN_D128 64
+#endif
+#define KILN_ATTN_WG_DQ_BN(dp) ((dp) <= 64 ? 128 : KILN_ATTN_WG_DQ_BN_D128)
 #define KILN_ATTN_WG_BWD_SMEM_BYTES(fixed_rows, ring_rows, dp)                                         \
   ((2 * (fixed_rows) + 2 * KILN_ATTN_WG_BWD_STAGES * (ring_rows)) * (dp) * 2 + 1024 +                  \
    (1 + 3 * KILN_ATTN_WG_BWD_STAGES) * 8 + 4 * KILN_ATTN_WG_KV_BM(dp) * 4)

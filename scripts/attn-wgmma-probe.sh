@@ -33,3 +33,7 @@ echo "bench_sdpa: exit $?"
 timeout 240 "$B/tools/kiln-bench" attention $Q --dtype all --algo all --peer "$OUT/sdpa.txt" >"$OUT/bench.txt" 2>&1
 echo "kiln-bench attention: exit $?"
 grep -E "^attention" "$OUT/bench.txt" | cut -c1-150
+# 4. The second peer (issue 8 asks for its ratio): SDPA's cuDNN backend, same shapes; its times
+#    land in sdpa-cudnn.txt, to divide by kiln's rows in bench.txt.
+timeout 200 python3 scripts/bench_sdpa.py $Q --dtype all --backend cudnn >"$OUT/sdpa-cudnn.txt" 2>"$OUT/sdpa-cudnn.err"
+echo "bench_sdpa cudnn: exit $?"

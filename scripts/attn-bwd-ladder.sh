@@ -1,0 +1,34 @@
+#!/bin/sh
+# The sm_90a attention backward's tile choices (kernels/attention_bwd_sm90.cu): builds kiln once per
+# configuration (sm_90a only, no tests) into build-ladder/attn-NAME and copies the library and
+# kiln-bench into build-ladder/slim/attn-NAME, small enough to carry together; then one GPU call
+# benchmarks them side by side:
+#   scripts/attn-bwd-ladder.sh [RUNG...]   # here; then on the GPU:
+#   for d in build-ladder/slim/attn-*; do $d/tools/kiln-bench attention --quick --algo wgmma; done
+# Each line below is one rung: name, then KILN_TUNE_DEFS (kiln_abi.h's overridable backward
+# macros). docs/performance.md records what each predicted and measured.
+set -e
+cd "$(dirname "$0")/.."
+WANT="$*"
+build() {
+  name=$1
+  defs=$2
+  if [ -n "$WANT" ]; then case " $WANT " in *" $name "*) ;; *) return 0 ;; esac; fi
+  cmake -S . -B "build-ladder/attn-$name" -DKILN_CUDA_ARCHS=90a -DKILN_PTX_ARCH= -DKILN_BUILD_TESTS=OFF \
+    "-DKILN_TUNE_DEFS=$defs" >/dev/null
+  cmake --build "build-ladder/attn-$name" -j2 --target kiln-bench >/dev/null
+  dest=build-ladder/slim/attn-$name
+  rm -rf "$dest" && mkdir -p "$dest/tools"
+  cp -a "build-ladder/attn-$name"/libkiln.so* "$dest/"
+  cp "build-ladder/attn-$name/tools/kiln-bench" "$dest/tools/"
+  echo "built $dest ($defs): $(du -sh "$dest" | cut -f1)"
+}
+# b3 (default): dK/dV 128 query rows a step at D = 64, 64 at 128; dQ 128 keys a step at D = 64,
+#     64 at 128; 2 ring stages (measured 0-2 % ahead of 4 before the warpgroups were decoupled)
+build b3 ""
+# dK/dV at D = 64 on 64 query rows a step: f32 P for dS (room for it), twice the steps
+build kvbm64 "KILN_ATTN_WG_KV_BM_D64=64"
+# dQ at D = 128 on 128 keys a step (half the steps); 2 ring stages to fit shared memory
+build dqbn128 "KILN_ATTN_WG_DQ_BN_D128=128"
+# 4 ring stages (more room for the decoupled consumer warpgroups to drift apart)
+build s4 "KILN_ATTN_WG_BWD_STAGES=4"
