@@ -172,7 +172,7 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
                                         const CUtensorMap *map_v, const CUtensorMap *map_do) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  constexpr int BM = KILN_ATTN_WG_BM, BN = KILN_ATTN_WG_DQ_BN(DP), STAGES = KILN_ATTN_WG_DQ_STAGES;
+  constexpr int BM = KILN_ATTN_WG_BM, BN = KILN_ATTN_WG_DQ_BN(DP), STAGES = KILN_ATTN_WG_BWD_STAGES;
   constexpr int FIXED = BM * DP * 2, RING = STAGES * 2 * BN * DP * 2;
   static_assert(KILN_ATTN_WG_DQ_SMEM_BYTES(DP) >= 2 * FIXED + RING + 1024 + (1 + 3 * STAGES) * 8, "smem budget");
   extern __shared__ uint8_t smem_raw[];
@@ -196,6 +196,8 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
     float acc[DP / 2], sc[BN / 2], dp[BN / 2];
     auto &acc4 = *reinterpret_cast<float(*)[DP / 8][4]>(acc);
+    auto &s4 = *reinterpret_cast<float(*)[BN / 8][4]>(sc);
+    auto &dp4 = *reinterpret_cast<float(*)[BN / 8][4]>(dp);
 #pragma unroll
     for (int i = 0; i < DP / 2; i++) acc[i] = 0.f;
     const float sl2 = p.scale * LOG2E;
@@ -208,30 +210,30 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
       delta[r] = row_delta(p, b, h, row);
     }
     const uint8_t *sqw = sq + cw * 64 * 128, *sdow = sdo + cw * 64 * 128;
-    /* S = Q_w·Kᵀ and dP = dO_w·Vᵀ of key block blk into (scb, dpb), two commit groups */
-    auto issue = [&](int blk, float(&scb)[BN / 2], float(&dpb)[BN / 2]) {
-      const int s = blk % STAGES;
+    mbar_wait(qdo_full, 0);
+    for (int blk = 0; blk < nblocks; blk++) {
+      const int s = blk % STAGES, kb = blk * BN;
       const uint32_t phase = (blk / STAGES) & 1;
       const uint8_t *skt = ring_tile<DP, BN>(ring, s, 0), *svt = ring_tile<DP, BN>(ring, s, 1);
+
+      /* S = Q_w·Kᵀ and dP = dO_w·Vᵀ, two commit groups: P is computed while dP runs */
 #pragma unroll
-      for (int i = 0; i < BN / 2; i++) scb[i] = dpb[i] = 0.f;
+      for (int i = 0; i < BN / 2; i++) sc[i] = dp[i] = 0.f;
       mbar_wait(&k_full[s], phase);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < DP / 16; ks++)
-        wgmma_m64k16<BN, BF16, 0, 0>(scb, kmajor_desc<BM>(sqw, ks), kmajor_desc<BN>(skt, ks));
+        wgmma_m64k16<BN, BF16, 0, 0>(sc, kmajor_desc<BM>(sqw, ks), kmajor_desc<BN>(skt, ks));
       wgmma_commit();
       mbar_wait(&v_full[s], phase);
 #pragma unroll
       for (int ks = 0; ks < DP / 16; ks++)
-        wgmma_m64k16<BN, BF16, 0, 0>(dpb, kmajor_desc<BM>(sdow, ks), kmajor_desc<BN>(svt, ks));
+        wgmma_m64k16<BN, BF16, 0, 0>(dp, kmajor_desc<BM>(sdow, ks), kmajor_desc<BN>(svt, ks));
       wgmma_commit();
-    };
-    /* P in place of S (keys past Sk or right of the diagonal, in steps that hold any, get -inf
-     * scores first), once S retired */
-    auto probs = [&](int blk, float(&scb)[BN / 2]) {
-      auto &s4 = *reinterpret_cast<float(*)[BN / 8][4]>(scb);
-      const int kb = blk * BN;
+      wgmma_wait<1>();
+
+      /* P in place of S: keys past Sk or right of the diagonal (steps that hold any) get -inf
+       * scores first; then dS in place of dP */
       if (kb + BN > p.sk || (p.causal && kb + BN - 1 > q0 + shift)) {
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
@@ -245,11 +247,7 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
       for (int j = 0; j < BN / 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) s4[j][e] = exp2_fast(fmaf(s4[j][e], sl2, -lse2[e >> 1]));
-    };
-    /* dS = P ∘ (dP − delta), once dP retired, and dQ += dS·K issued (its own commit group) */
-    auto accumulate = [&](int blk, float(&scb)[BN / 2], float(&dpb)[BN / 2]) {
-      auto &s4 = *reinterpret_cast<float(*)[BN / 8][4]>(scb);
-      auto &dp4 = *reinterpret_cast<float(*)[BN / 8][4]>(dpb);
+      wgmma_wait<0>();
 #pragma unroll
       for (int j = 0; j < BN / 8; j++)
 #pragma unroll
@@ -257,48 +255,15 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
       uint32_t ads[BN / 16][4];
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(ads[kk], dp4, kk);
-      const uint8_t *skt = ring_tile<DP, BN>(ring, blk % STAGES, 0);
+
+      /* dQ += dS·K */
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++) wgmma_rs_m64k16<DP, BF16, 1>(acc, ads[kk], nmajor_desc<BN>(skt, kk));
       wgmma_commit();
-    };
-    auto release = [&](int blk) {
-      if (t == 0) mbar_arrive(&empty[blk % STAGES]);
-    };
-    mbar_wait(qdo_full, 0);
-#if KILN_ATTN_WG_DQ_PIPE
-    /* Software-pipelined over two register sets: block blk + 1's S and dP are issued before
-     * block blk's elementwise part, which then runs while they are on the tensor cores; dQ(blk)
-     * queues behind them. Needs a ring of >= 3 slots (block blk + 1's tiles must be in when
-     * block blk - 1's slot has just been released). */
-    float sc2[BN / 2], dp2[BN / 2];
-    auto pipelined = [&](int blk, float(&scx)[BN / 2], float(&dpx)[BN / 2], float(&scy)[BN / 2],
-                         float(&dpy)[BN / 2]) {
-      wgmma_wait<0>(); /* S(blk), dP(blk) and dQ(blk - 1) retired */
-      if (blk > 0) release(blk - 1);
-      if (blk + 1 < nblocks) issue(blk + 1, scy, dpy);
-      probs(blk, scx);
-      accumulate(blk, scx, dpx);
-    };
-    if (nblocks > 0) issue(0, sc, dp);
-    for (int blk = 0; blk < nblocks; blk += 2) {
-      pipelined(blk, sc, dp, sc2, dp2);
-      if (blk + 1 < nblocks) pipelined(blk + 1, sc2, dp2, sc, dp);
-    }
-    wgmma_wait<0>();
-    if (nblocks > 0) release(nblocks - 1);
-#else
-    for (int blk = 0; blk < nblocks; blk++) {
-      issue(blk, sc, dp);
-      wgmma_wait<1>(); /* P is computed while dP runs */
-      probs(blk, sc);
       wgmma_wait<0>();
-      accumulate(blk, sc, dp);
-      wgmma_wait<0>();
-      release(blk);
+      if (t == 0) mbar_arrive(&empty[s]);
     }
-#endif
     store_rows<DP / 8>(acc4, p.dq, b * p.dq_bs + h * p.dq_hs, p.dq_ss, p.dq_ds, p.dq_dtype, q0 + 64 * cw + 16 * warp,
                        p.sq, 0, p.d, p.scale, lane);
   }

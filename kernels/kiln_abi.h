@@ -229,23 +229,12 @@ typedef struct kiln_attn_args {
 #ifndef KILN_ATTN_WG_DQ_BN_D128
 #define KILN_ATTN_WG_DQ_BN_D128 64
 #endif
-#ifndef KILN_ATTN_WG_DQ_PIPE /* 1: the dQ kernel software-pipelined over two register sets */
-#define KILN_ATTN_WG_DQ_PIPE 1
-#endif
-#ifndef KILN_ATTN_WG_DQ_BN_D64 /* two register sets of 128 keys do not fit */
-#define KILN_ATTN_WG_DQ_BN_D64 (KILN_ATTN_WG_DQ_PIPE ? 64 : 128)
-#endif
-#define KILN_ATTN_WG_DQ_BN(dp) ((dp) <= 64 ? KILN_ATTN_WG_DQ_BN_D64 : KILN_ATTN_WG_DQ_BN_D128)
-#ifndef KILN_ATTN_WG_DQ_STAGES /* the pipelined loop needs >= 3 */
-#define KILN_ATTN_WG_DQ_STAGES (KILN_ATTN_WG_DQ_PIPE ? 4 : KILN_ATTN_WG_BWD_STAGES)
-#endif
-#define KILN_ATTN_WG_BWD_SMEM_BYTES(fixed_rows, ring_rows, stages, dp)                                 \
-  ((2 * (fixed_rows) + 2 * (stages) * (ring_rows)) * (dp) * 2 + 1024 + (1 + 3 * (stages)) * 8 +      \
-   8 * KILN_ATTN_WG_KV_BM(dp) * 4)
-#define KILN_ATTN_WG_KV_SMEM_BYTES(dp)                                                                \
-  KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_KV_BN, KILN_ATTN_WG_KV_BM(dp), KILN_ATTN_WG_BWD_STAGES, dp)
-#define KILN_ATTN_WG_DQ_SMEM_BYTES(dp)                                                                \
-  KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), KILN_ATTN_WG_DQ_STAGES, dp)
+#define KILN_ATTN_WG_DQ_BN(dp) ((dp) <= 64 ? 128 : KILN_ATTN_WG_DQ_BN_D128)
+#define KILN_ATTN_WG_BWD_SMEM_BYTES(fixed_rows, ring_rows, dp)                                         \
+  ((2 * (fixed_rows) + 2 * KILN_ATTN_WG_BWD_STAGES * (ring_rows)) * (dp) * 2 + 1024 +                  \
+   (1 + 3 * KILN_ATTN_WG_BWD_STAGES) * 8 + 8 * KILN_ATTN_WG_KV_BM(dp) * 4)
+#define KILN_ATTN_WG_KV_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_KV_BN, KILN_ATTN_WG_KV_BM(dp), dp)
+#define KILN_ATTN_WG_DQ_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), dp)
 
 /* The FLASH backward (kernels/attention_bwd_sm80.cu), 4 warps per block each:
  * dK/dV kernel: a block owns KV_BN = 64 keys (16 per warp) and KV_DO(dp) output columns (all of

@@ -32,6 +32,3 @@ build kvbm64 "KILN_ATTN_WG_KV_BM_D64=64"
 build dqbn128 "KILN_ATTN_WG_DQ_BN_D128=128"
 # 4 ring stages (more room for the decoupled consumer warpgroups to drift apart)
 build s4 "KILN_ATTN_WG_BWD_STAGES=4"
-# the dQ kernel not software-pipelined (its loop before KILN_ATTN_WG_DQ_PIPE): 128 keys a step at
-#     D = 64, 2 ring slots
-build nopipe "KILN_ATTN_WG_DQ_PIPE=0"
