@@ -12,8 +12,7 @@
  *            dV += Pᵀ·dO, dK += dSᵀ·Q            wgmma m64nDk16, A from registers (the
  *                                                accumulator layout of Sᵀ), dO and Q n-major
  *          The step's LSE (log2 units, +inf for padded rows or rows that saw no key) and delta
- *          are staged in shared memory by each consumer warpgroup for itself, behind its own
- *          named barrier (the two warpgroups never wait for each other).
+ *          are staged in shared memory by the consumers, behind a named barrier.
  *   dQ:    a block owns 128 query rows (64 per consumer); Q and dO are loaded once, K and V
  *          stream through the ring (64 or 128 keys per step):
  *            S = Q_w·Kᵀ, dP = dO_w·Vᵀ; dS = P ∘ (dP − delta); dQ += dS·K (K n-major)
@@ -35,13 +34,13 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
   using namespace sm90;
   constexpr int BN = KILN_ATTN_WG_KV_BN, BM = KILN_ATTN_WG_KV_BM(DP), STAGES = KILN_ATTN_WG_BWD_STAGES;
   constexpr int FIXED = BN * DP * 2, RING = STAGES * 2 * BM * DP * 2;
-  static_assert(KILN_ATTN_WG_KV_SMEM_BYTES(DP) >= 2 * FIXED + RING + 1024 + (1 + 3 * STAGES) * 8 + 8 * BM * 4,
+  static_assert(KILN_ATTN_WG_KV_SMEM_BYTES(DP) >= 2 * FIXED + RING + 1024 + (1 + 3 * STAGES) * 8 + 4 * BM * 4,
                 "smem budget");
   extern __shared__ uint8_t smem_raw[];
   uint8_t *sk = smem_base(smem_raw), *sv = sk + FIXED, *ring = sk + 2 * FIXED; /* slot s: Q, then dO */
   uint64_t *kv_full = (uint64_t *)(ring + RING), *q_full = kv_full + 1, *do_full = q_full + STAGES,
            *empty = do_full + STAGES;
-  float *stats = (float *)(empty + STAGES); /* [2 warpgroups][2 buffers][lse2, delta][BM] */
+  float *stats = (float *)(empty + STAGES); /* [2 buffers][lse2, delta][BM] */
 
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const int k0 = blockIdx.x * BN, hk = blockIdx.y, b = blockIdx.z, group = p.hq / p.hkv, shift = p.sk - p.sq;
@@ -60,7 +59,7 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
                                      });
   } else { /* consumers */
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    const int cw = wg - 1, warp = t / 32, lane = t % 32;
+    const int cw = wg - 1, ct = threadIdx.x - 128, warp = t / 32, lane = t % 32;
     float dk[DP / 2], dv[DP / 2], st[BM / 2], dpt[BM / 2];
     auto &dk4 = *reinterpret_cast<float(*)[DP / 8][4]>(dk);
     auto &dv4 = *reinterpret_cast<float(*)[DP / 8][4]>(dv);
@@ -76,20 +75,18 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
       const int s = step % STAGES, h = hk * group + step / per_head, q0 = (qb_first + step % per_head) * BM;
       const uint32_t phase = (step / STAGES) & 1;
       const uint8_t *sqt = ring_tile<DP, BM>(ring, s, 0), *sdo = ring_tile<DP, BM>(ring, s, 1);
-      /* stage this step's LSE (log2 units) and delta, each warpgroup its own copy behind its own
-       * barrier, so that the two never wait for each other (one runs its elementwise part while
-       * the other's products are on the tensor cores); two buffers, so one barrier per step
+      /* stage this step's LSE (log2 units) and delta; two buffers, so one barrier per step
        * suffices (a thread writing buffer x again has passed the barrier that followed every
        * read of it) */
-      float *lse2 = stats + (cw * 2 + (step & 1)) * 2 * BM, *delta = lse2 + BM;
-#pragma unroll
-      for (int i = t; i < 2 * BM; i += 128) {
-        if (i < BM)
-          lse2[i] = row_lse2(p, b, h, q0 + i);
-        else
-          delta[i - BM] = row_delta(p, b, h, q0 + i - BM);
+      float *lse2 = stats + (step & 1) * 2 * BM, *delta = lse2 + BM;
+      if (ct < BM) {
+        const int row = q0 + ct;
+        lse2[ct] = row_lse2(p, b, h, row);
+      } else if (ct < 2 * BM) {
+        const int row = q0 + ct - BM;
+        delta[ct - BM] = row_delta(p, b, h, row);
       }
-      named_sync(2 + cw, 128);
+      consumers_sync();
 
       /* Sᵀ = K_w·Qᵀ and dPᵀ = V_w·dOᵀ, two commit groups: Pᵀ is computed while dPᵀ runs, and
        * dV += Pᵀ·dO runs while dSᵀ is */

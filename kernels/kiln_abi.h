@@ -232,7 +232,7 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_WG_DQ_BN(dp) ((dp) <= 64 ? 128 : KILN_ATTN_WG_DQ_BN_D128)
 #define KILN_ATTN_WG_BWD_SMEM_BYTES(fixed_rows, ring_rows, dp)                                         \
   ((2 * (fixed_rows) + 2 * KILN_ATTN_WG_BWD_STAGES * (ring_rows)) * (dp) * 2 + 1024 +                  \
-   (1 + 3 * KILN_ATTN_WG_BWD_STAGES) * 8 + 8 * KILN_ATTN_WG_KV_BM(dp) * 4)
+   (1 + 3 * KILN_ATTN_WG_BWD_STAGES) * 8 + 4 * KILN_ATTN_WG_KV_BM(dp) * 4)
 #define KILN_ATTN_WG_KV_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_KV_BN, KILN_ATTN_WG_KV_BM(dp), dp)
 #define KILN_ATTN_WG_DQ_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), dp)
 
