@@ -24,11 +24,15 @@ build() {
   echo "built $dest ($defs): $(du -sh "$dest" | cut -f1)"
 }
 # b3 (default): dK/dV 128 query rows a step at D = 64, 64 at 128; dQ 128 keys a step at D = 64,
-#     64 at 128; 2 ring stages (measured 0-2 % ahead of 4 before the warpgroups were decoupled)
+#     64 at 128; 2 ring stages (measured 0-2 % ahead of 4)
 build b3 ""
 # dK/dV at D = 64 on 64 query rows a step: f32 P for dS (room for it), twice the steps
 build kvbm64 "KILN_ATTN_WG_KV_BM_D64=64"
 # dQ at D = 128 on 128 keys a step (half the steps); 2 ring stages to fit shared memory
 build dqbn128 "KILN_ATTN_WG_DQ_BN_D128=128"
-# 4 ring stages (more room for the decoupled consumer warpgroups to drift apart)
+# 4 ring stages (b3's first form)
 build s4 "KILN_ATTN_WG_BWD_STAGES=4"
+# Two rungs were code, not tile sizes, and were reverted after measuring slower; build them from
+# their commits (git worktree add DIR COMMIT, then this script's cmake lines in DIR):
+#   e87a5ca  each dK/dV consumer warpgroup stages its own LSE and delta (no shared barrier)
+#   d8d411e  the dQ kernel software-pipelined over two register sets (KILN_ATTN_WG_DQ_PIPE)
