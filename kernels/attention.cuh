@@ -160,6 +160,16 @@ KILN_DEVICE float row_delta(const kiln_attn_args &p, int b, int h, int row) {
   return row < p.sq ? p.delta[((int64_t)b * p.hq + h) * p.sq + row] : 0.f;
 }
 
+/* Both statistics of a lane's two rows, row0 and row0 + 8 (the dQ kernels keep them in
+ * registers). */
+KILN_DEVICE void row_stats(const kiln_attn_args &p, int b, int h, int row0, float (&lse2)[2], float (&delta)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    lse2[r] = row_lse2(p, b, h, row0 + 8 * r);
+    delta[r] = row_delta(p, b, h, row0 + 8 * r);
+  }
+}
+
 /* Stores a warp's 16 x (NT·8) f32 accumulator (rows r0 + lane/4 (+8), columns c0 + …) times
  * mul into out (element (row, col) at base + row·rs + col·cs, dtype dt), predicated. */
 template <int NT>

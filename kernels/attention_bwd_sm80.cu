@@ -229,12 +229,7 @@ __device__ __forceinline__ void dq(const kiln_attn_args &p) {
   /* this lane's two rows: statistics in registers */
   const int row0 = q0 + warp * 16 + lane / 4;
   float lse2[2], delta[2];
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int row = row0 + 8 * r;
-    lse2[r] = row_lse2(p, b, h, row);
-    delta[r] = row_delta(p, b, h, row);
-  }
+  row_stats(p, b, h, row0, lse2, delta);
   float acc[OT][4];
 #pragma unroll
   for (int j = 0; j < OT; j++)

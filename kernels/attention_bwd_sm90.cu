@@ -51,14 +51,14 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
   init_barriers<STAGES>(kv_full);
 
   if (wg == 0) { /* producer */
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    producer_registers();
     if (t == 0)
       produce<DP, BN, BM, STAGES, 2>(sk, map_k, map_v, k0, hk, b, kv_full, ring, map_q, map_do, q_full, do_full, empty,
                                      steps, [&](int step, int &row, int &head) {
                                        row = (qb_first + step % per_head) * BM, head = hk * group + step / per_head;
                                      });
   } else { /* consumers */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    consumer_registers();
     const int cw = wg - 1, ct = threadIdx.x - 128, warp = t / 32, lane = t % 32;
     float dk[DP / 2], dv[DP / 2], st[BM / 2], dpt[BM / 2];
     auto &dk4 = *reinterpret_cast<float(*)[DP / 8][4]>(dk);
@@ -90,19 +90,7 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
 
       /* Sᵀ = K_w·Qᵀ and dPᵀ = V_w·dOᵀ, two commit groups: Pᵀ is computed while dPᵀ runs, and
        * dV += Pᵀ·dO runs while dSᵀ is */
-#pragma unroll
-      for (int i = 0; i < BM / 2; i++) st[i] = dpt[i] = 0.f;
-      mbar_wait(&q_full[s], phase);
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < DP / 16; ks++)
-        wgmma_m64k16<BM, BF16, 0, 0>(st, kmajor_desc<BN>(skw, ks), kmajor_desc<BM>(sqt, ks));
-      wgmma_commit();
-      mbar_wait(&do_full[s], phase);
-#pragma unroll
-      for (int ks = 0; ks < DP / 16; ks++)
-        wgmma_m64k16<BM, BF16, 0, 0>(dpt, kmajor_desc<BN>(svw, ks), kmajor_desc<BM>(sdo, ks));
-      wgmma_commit();
+      score_products<BM, BF16, BN, DP>(st, dpt, skw, sqt, &q_full[s], svw, sdo, &do_full[s], phase);
       wgmma_wait<1>();
 
       /* Pᵀ in place: keys past Sk (the last block) and, when causal, right of the diagonal (steps
@@ -178,18 +166,18 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
            *empty = v_full + STAGES;
 
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-  const int tile = p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  const int tile = query_tile(p);
   const int q0 = tile * BM, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv), shift = p.sk - p.sq;
   const int nblocks = key_blocks(p, shift, q0, BM, BN);
   init_barriers<STAGES>(qdo_full);
 
   if (wg == 0) { /* producer */
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    producer_registers();
     if (t == 0)
       produce<DP, BM, BN, STAGES, 2>(sq, map_q, map_do, q0, h, b, qdo_full, ring, map_k, map_v, k_full, v_full, empty,
                                      nblocks, [&](int blk, int &row, int &head) { row = blk * BN, head = hk; });
   } else { /* consumers */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    consumer_registers();
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
     float acc[DP / 2], sc[BN / 2], dp[BN / 2];
     auto &acc4 = *reinterpret_cast<float(*)[DP / 8][4]>(acc);
@@ -200,12 +188,7 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
     const float sl2 = p.scale * LOG2E;
     const int row0 = q0 + 64 * cw + 16 * warp + lane / 4; /* this lane's rows: row0, row0 + 8 */
     float lse2[2], delta[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      const int row = row0 + 8 * r;
-      lse2[r] = row_lse2(p, b, h, row);
-      delta[r] = row_delta(p, b, h, row);
-    }
+    row_stats(p, b, h, row0, lse2, delta);
     const uint8_t *sqw = sq + cw * 64 * 128, *sdow = sdo + cw * 64 * 128;
     mbar_wait(qdo_full, 0);
     for (int blk = 0; blk < nblocks; blk++) {
@@ -214,19 +197,7 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
       const uint8_t *skt = ring_tile<DP, BN>(ring, s, 0), *svt = ring_tile<DP, BN>(ring, s, 1);
 
       /* S = Q_w·Kᵀ and dP = dO_w·Vᵀ, two commit groups: P is computed while dP runs */
-#pragma unroll
-      for (int i = 0; i < BN / 2; i++) sc[i] = dp[i] = 0.f;
-      mbar_wait(&k_full[s], phase);
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < DP / 16; ks++)
-        wgmma_m64k16<BN, BF16, 0, 0>(sc, kmajor_desc<BM>(sqw, ks), kmajor_desc<BN>(skt, ks));
-      wgmma_commit();
-      mbar_wait(&v_full[s], phase);
-#pragma unroll
-      for (int ks = 0; ks < DP / 16; ks++)
-        wgmma_m64k16<BN, BF16, 0, 0>(dp, kmajor_desc<BM>(sdow, ks), kmajor_desc<BN>(svt, ks));
-      wgmma_commit();
+      score_products<BN, BF16, BM, DP>(sc, dp, sqw, skt, &k_full[s], sdow, svt, &v_full[s], phase);
       wgmma_wait<1>();
 
       /* P in place of S: keys past Sk or right of the diagonal (steps that hold any) get -inf

@@ -54,19 +54,19 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
            *empty = v_full + STAGES;
 
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-  const int tile = p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  const int tile = query_tile(p);
   const int q0 = tile * BM, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv);
   const int shift = p.sk - p.sq; /* query i sees keys j <= i + shift */
   const int nblocks = key_blocks(p, shift, q0, BM, BN);
   init_barriers<STAGES>(q_full);
 
   if (wg == 0) { /* producer */
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    producer_registers();
     if (t == 0)
       produce<DP, BM, BN, STAGES, 1>(sq, map_q, map_q, q0, h, b, q_full, ring, map_k, map_v, k_full, v_full, empty,
                                      nblocks, [&](int blk, int &row, int &head) { row = blk * BN, head = hk; });
   } else { /* consumers */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    consumer_registers();
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
     float o[DP / 2], sc[BN / 2];
     auto &o4 = *reinterpret_cast<float(*)[DP / 8][4]>(o);

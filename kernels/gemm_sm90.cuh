@@ -146,6 +146,10 @@ KILN_DEVICE uint64_t smem_desc(const void *p, uint32_t lbo, uint32_t sbo) {
   return (uint64_t)((smem_u32(p) & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 |
          1ull << 62;
 }
+/* The warp-specialized kernels' register split (3 warpgroups): the producer gives registers back,
+ * the consumers take them (40 + 2 x 232 <= 512 per thread slot of the SM's 64K). */
+KILN_DEVICE void producer_registers() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n"); }
+KILN_DEVICE void consumer_registers() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n"); }
 KILN_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 KILN_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -229,7 +233,7 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
   /* Both roles walk the same (tile, k slice) sequence; `it` counts slices across tiles, so
    * stage it % STAGES and its barrier phase (it / STAGES) & 1 match on both sides. */
   if (wg == 0) { /* producer */
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    producer_registers();
     if (t == 0) {
       int it = 0;
       const bool a3 = p.a_bs != 0, b3 = p.b_bs != 0;
@@ -264,7 +268,7 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
       }
     }
   } else { /* consumers */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    consumer_registers();
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
     typename T::Acc d[BN / 2];
     int it = 0;

@@ -10,13 +10,12 @@
 set -e
 cd "$(dirname "$0")/.."
 WANT="$*"
+. scripts/ladder-lib.sh
 build() {
   name=$1
   defs=$2
-  if [ -n "$WANT" ]; then case " $WANT " in *" $name "*) ;; *) return 0 ;; esac; fi
-  cmake -S . -B "build-ladder/attn-$name" -DKILN_CUDA_ARCHS=90a -DKILN_PTX_ARCH= -DKILN_BUILD_TESTS=OFF \
-    "-DKILN_TUNE_DEFS=$defs" >/dev/null
-  cmake --build "build-ladder/attn-$name" -j2 --target kiln-bench >/dev/null
+  ladder_wanted "$name" || return 0
+  ladder_build "build-ladder/attn-$name" "$defs" --target kiln-bench
   dest=build-ladder/slim/attn-$name
   rm -rf "$dest" && mkdir -p "$dest/tools"
   cp -a "build-ladder/attn-$name"/libkiln.so* "$dest/"

@@ -8,13 +8,12 @@
 set -e
 cd "$(dirname "$0")/.."
 WANT="$*"
+. scripts/ladder-lib.sh
 build() {
   name=$1
   defs=$2
-  if [ -n "$WANT" ]; then case " $WANT " in *" $name "*) ;; *) return 0 ;; esac; fi
-  cmake -S . -B "build-ladder/$name" -DKILN_CUDA_ARCHS=90a -DKILN_PTX_ARCH= -DKILN_BUILD_TESTS=OFF \
-    "-DKILN_TUNE_DEFS=$defs" >/dev/null
-  cmake --build "build-ladder/$name" -j2 >/dev/null
+  ladder_wanted "$name" || return 0
+  ladder_build "build-ladder/$name" "$defs"
   echo "built build-ladder/$name ($defs)"
 }
 # v1: BK 32, 4-stage cp.async; register-staged MMA_SYNC at one block per SM

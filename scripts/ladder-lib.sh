@@ -1,0 +1,16 @@
+# Sourced by the ladder scripts (scripts/gemm-ladder.sh, scripts/attn-bwd-ladder.sh): one kiln
+# build per rung, sm_90a only and without tests to keep the builds short.
+#   ladder_wanted NAME            true when the script's arguments ($WANT) name NAME, or none
+#   ladder_build DIR DEFS [ARGS]  configures DIR with KILN_TUNE_DEFS=DEFS and builds it (ARGS go
+#                                 to cmake --build, e.g. --target kiln-bench)
+ladder_wanted() {
+  [ -z "$WANT" ] && return 0
+  case " $WANT " in *" $1 "*) return 0 ;; *) return 1 ;; esac
+}
+ladder_build() {
+  dir=$1
+  defs=$2
+  shift 2
+  cmake -S . -B "$dir" -DKILN_CUDA_ARCHS=90a -DKILN_PTX_ARCH= -DKILN_BUILD_TESTS=OFF "-DKILN_TUNE_DEFS=$defs" >/dev/null
+  cmake --build "$dir" -j2 "$@" >/dev/null
+}
