@@ -511,10 +511,10 @@ KILN_API kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x,
 /* ------------------------------------------------------------------------------------------ */
 /* Q [B, Hq, Sq, D], K [B, Hkv, Sk, D], V [B, Hkv, Sk, Dv], O [B, Hq, Sq, Dv]; rank 3 tensors are
  * B = 1 and rank 2 ([S, D]) B = Hq = Hkv = 1. Any strides (e.g. a [B, S, H, D] buffer passed as
- * its [B, H, S, D] view), but GPU algorithms need D (and Dv) contiguous (stride 1).
+ * its [B, H, S, D] view).
  * Hq % Hkv == 0: query head h reads key/value head h / (Hq / Hkv) (grouped-query and
  * multi-query attention). Q, K, V share one dtype: f16, bf16 or f32; O is that dtype or f32.
- * 1 <= D, Dv <= 256 (GPU algorithms: D == Dv, a multiple of 8). Sq, Sk >= 1.
+ * 1 <= D, Dv <= 256. Sq, Sk >= 1.
  * causal: query i attends key j iff j <= i + (Sk - Sq) (aligned to the bottom-right, the KV-cache
  * convention; the usual top-left rule when Sq == Sk). A query row that attends no key (possible
  * when Sq > Sk) yields O = 0 and LSE = -inf, never NaN.
@@ -526,11 +526,14 @@ typedef enum kiln_attention_algo {
   KILN_ATTENTION_AUTO = 0,  /* the CPU path on a CPU context; FLASH on a GPU */
   KILN_ATTENTION_SMEM = 1,  /* whole score rows in shared memory, short Sk: no GPU kernel yet */
   KILN_ATTENTION_FLASH = 2, /* online softmax over key blocks, O(S) memory, any length: the
-                             * fastest FLASH kernel for the device and problem (on sm_90 the
-                             * WGMMA forward where it applies, else MMA_SYNC). GPU kernels need
-                             * f16/bf16 inputs, D == Dv a multiple of 8 (<= 256), contiguous
-                             * head dims and 16-byte aligned rows (else UNSUPPORTED) */
-  KILN_ATTENTION_FLASH_MMA_SYNC = 3, /* FLASH with the sm_80+ FlashAttention-2 style kernels */
+                             * fastest FLASH kernel for the device and problem. Tensor cores
+                             * (on sm_90 WGMMA where it applies, else MMA_SYNC) for f16/bf16
+                             * inputs with D == Dv a multiple of 8, contiguous head dims and
+                             * 16-byte aligned rows; every other valid problem (f32 inputs,
+                             * D != Dv, any D, any strides) runs on CUDA-core kernels in f32
+                             * arithmetic, slower but never refused */
+  KILN_ATTENTION_FLASH_MMA_SYNC = 3, /* FLASH with the sm_80+ FlashAttention-2 style kernels
+                                      * (tensor cores; UNSUPPORTED where they do not apply) */
   KILN_ATTENTION_FLASH_WGMMA = 4,    /* FLASH with the sm_90a FlashAttention-3 style kernels
                                       * (wgmma + TMA), forward and backward: sm_90 only, D <= 128,
                                       * no stride-0 repeats in q, k, v; UNSUPPORTED otherwise */
@@ -554,11 +557,11 @@ KILN_API kiln_status kiln_attention(kiln_context *ctx, const DLTensor *q, const 
 /* Gradients of kiln_attention: dQ, dK, dV from Q, K, V, O and LSE of the forward (same opts)
  * and dO (o's shape; f32, f16 or bf16). dq/dk/dv have the shapes of q/k/v (f32 or the inputs'
  * dtype); any may be NULL to skip, not all three. For GQA, dK and dV sum over the Hq / Hkv
- * query heads of each group. GPU (FLASH; the same needs of q, k, v as the forward): fp32
+ * query heads of each group. GPU (FLASH, from the kernel family the forward chooses): fp32
  * accumulation, deterministic whatever opts->deterministic says (no atomics); the workspace
- * (size query; 256-byte aligned) holds f32 per-row dO·O and, when dO is not of q's dtype or not
- * 16-byte aligned with a contiguous head dimension or repeats rows with a zero stride, a converted
- * copy of dO. */
+ * (size query; 256-byte aligned) holds f32 per-row dO·O and, for the tensor-core kernels when dO
+ * is not of q's dtype or not 16-byte aligned with a contiguous head dimension or repeats rows
+ * with a zero stride, a converted copy of dO. */
 KILN_API kiln_status kiln_attention_backward_workspace_size(kiln_context *ctx, const DLTensor *q, const DLTensor *k,
                                                             const DLTensor *v, const DLTensor *o,
                                                             const DLTensor *lse, const DLTensor *dout,

@@ -48,6 +48,16 @@
   X(KILN_K_ATTN_FWD_WG_##dt##_D128, "kiln_attn_fwd_wgmma_" #dt "_d128", "attention_sm90")
 
 /* Attention backward (FLASH, sm_80+): the delta kernel, then dK/dV and dQ per dtype and DP. */
+/* The CUDA-core attention kernels (any dtype and layout): each role at 32 rows, then at 16
+ * (head dims above 128), so the host adds 1 for 16. */
+#define KILN_ATTN_SIMT_KERNELS(X)                                                    \
+  X(KILN_K_ATTN_SIMT_FWD_R32, "kiln_attn_simt_fwd_r32", "attention_simt")          \
+  X(KILN_K_ATTN_SIMT_FWD_R16, "kiln_attn_simt_fwd_r16", "attention_simt")          \
+  X(KILN_K_ATTN_SIMT_DKDV_R32, "kiln_attn_simt_dkdv_r32", "attention_simt")        \
+  X(KILN_K_ATTN_SIMT_DKDV_R16, "kiln_attn_simt_dkdv_r16", "attention_simt")        \
+  X(KILN_K_ATTN_SIMT_DQ_R32, "kiln_attn_simt_dq_r32", "attention_simt")            \
+  X(KILN_K_ATTN_SIMT_DQ_R16, "kiln_attn_simt_dq_r16", "attention_simt")
+
 #define KILN_ATTN_BWD_KERNELS_FOR(X, dt)                                                          \
   X(KILN_K_ATTN_BWD_DKDV_##dt##_D64, "kiln_attn_bwd_dkdv_" #dt "_d64", "attention_bwd_sm80")   \
   X(KILN_K_ATTN_BWD_DKDV_##dt##_D128, "kiln_attn_bwd_dkdv_" #dt "_d128", "attention_bwd_sm80") \
@@ -87,6 +97,7 @@
   KILN_ATTN_WG_KERNELS_FOR(X, f16)                               \
   KILN_ATTN_WG_KERNELS_FOR(X, bf16)                              \
   X(KILN_K_ATTN_BWD_DELTA, "kiln_attn_bwd_delta", "attention_bwd_sm80") \
+  KILN_ATTN_SIMT_KERNELS(X)                                      \
   KILN_ATTN_BWD_KERNELS_FOR(X, f16)                              \
   KILN_ATTN_BWD_KERNELS_FOR(X, bf16)                             \
   KILN_ATTN_WG_BWD_KERNELS_FOR(X, f16)                           \

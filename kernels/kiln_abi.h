@@ -254,6 +254,26 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_BWD_Q_BN(dp) ((dp) <= 128 ? 64 : 32)
 #define KILN_ATTN_BWD_Q_SMEM_BYTES(dp) ((2 * KILN_ATTN_BWD_Q_BM + 4 * KILN_ATTN_BWD_Q_BN(dp)) * ((dp) + KILN_GEMM_PAD) * 2)
 
+/* The CUDA-core attention kernels (kernels/attention_simt.cu): f32 arithmetic on any problem that
+ * passes validation (f32 inputs, D != Dv, any D <= 256, any strides and alignment), 128 threads
+ * per block. A block owns ROWS query rows (forward, dQ) or keys (dK/dV) and steps through the
+ * other sequence ROWS at a time: 32, or 16 when D or Dv exceeds 128 so that shared memory stays
+ * under the 99 KB an sm_89 block may have. Shared rows are f32 of odd pitch (D | 1: conflict-free
+ * column walks); the score tiles have ROWS + 1. Forward: the Q tile, one K-then-V tile, P.
+ * dK/dV: K, V, Q, dO tiles, Pᵀ and dSᵀ, the query rows' LSE and delta. dQ: Q, dO, K, V, dS. */
+#define KILN_ATTN_SIMT_THREADS 128
+#define KILN_ATTN_SIMT_ROWS(d, dv) ((d) > 128 || (dv) > 128 ? 16 : 32)
+#define KILN_ATTN_SIMT_PITCH(d) ((d) | 1)
+#define KILN_ATTN_SIMT_FWD_SMEM_BYTES(r, d, dv)                                                        \
+  (4 * ((r) * KILN_ATTN_SIMT_PITCH(d) +                                                                \
+        (r) * (KILN_ATTN_SIMT_PITCH(d) > KILN_ATTN_SIMT_PITCH(dv) ? KILN_ATTN_SIMT_PITCH(d)             \
+                                                                  : KILN_ATTN_SIMT_PITCH(dv)) +         \
+        (r) * ((r) + 1)))
+#define KILN_ATTN_SIMT_DKDV_SMEM_BYTES(r, d, dv) \
+  (4 * (2 * (r) * (KILN_ATTN_SIMT_PITCH(d) + KILN_ATTN_SIMT_PITCH(dv)) + 2 * (r) * ((r) + 1) + 2 * (r)))
+#define KILN_ATTN_SIMT_DQ_SMEM_BYTES(r, d, dv) \
+  (4 * (2 * (r) * (KILN_ATTN_SIMT_PITCH(d) + KILN_ATTN_SIMT_PITCH(dv)) + (r) * ((r) + 1)))
+
 /* W4A16 (kiln_matmul_int4): y[i, j] = Σ_r x[i, p(r)] · w(r, j) over the stored rows r < k, with
  * p(r) = perm ? perm[r] : r and, in the native layout of kiln.h (compact, row length n),
  *   w(r, j) = f16_to_f32(scales[(r / group)·n + j]) · (float)(q(r, j) − zeros[(r / group)·n + j]),

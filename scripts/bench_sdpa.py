@@ -17,17 +17,20 @@ ap.add_argument("--quick", action="store_true")
 ap.add_argument("--dtype", default="f16", choices=["f16", "bf16", "all"])
 ap.add_argument("--reps", type=int, default=30)
 ap.add_argument("--backend", default="flash", choices=["flash", "cudnn"])
+ap.add_argument("--lengths", default=None, help="comma-separated sequence lengths instead of the default list")
 a = ap.parse_args()
 dtypes = {"f16": [torch.float16], "bf16": [torch.bfloat16], "all": [torch.float16, torch.bfloat16]}[a.dtype]
 names = {torch.float16: "f16", torch.bfloat16: "bf16"}
 lengths = [2048, 8192] if a.quick else [512, 1024, 2048, 4096, 8192, 16384]
+if a.lengths:
+    lengths = [int(x) for x in a.lengths.split(",")]
 backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[a.backend]
 print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}, SDPA {a.backend} backend")
 for d in (64, 128):
     for causal in (0, 1):
         for dt in dtypes:
             for s in lengths:
-                b, h = 16384 // s, 2048 // d
+                b, h = max(1, 16384 // s), 2048 // d
                 q, k, v = (torch.rand(b, h, s, d, device="cuda", dtype=dt) * 2 - 1 for _ in range(3))
                 q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
                 dout = torch.rand(b, h, s, d, device="cuda", dtype=dt) * 2 - 1

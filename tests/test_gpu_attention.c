@@ -2,8 +2,9 @@
  * test_gpu_attention.c — kiln_attention on the GPU against a float64 reference computed here
  * from the same rounded inputs: head dims, ragged and unequal sequence lengths, causal and not,
  * GQA and MQA, f16 and bf16 with same-dtype and f32 outputs, LSE, strided [B, S, H, D] views,
- * fully masked rows, determinism, and the refusals of what no GPU kernel handles yet; then the
- * backward against kiln's CPU backward on the same inputs (GPU forward's O and LSE).
+ * fully masked rows, determinism, the CUDA-core kernels (f32 inputs, D != Dv, any D, any
+ * strides), and the refusals of the explicit algos; then the backward against kiln's CPU
+ * backward on the same inputs (GPU forward's O and LSE).
  * Outputs are NaN-poisoned before every run; every element is compared. Exits 77 without a GPU.
  */
 #include <inttypes.h>
@@ -34,15 +35,20 @@ typedef struct t4 {
   DLTensor t;
 } t4;
 
-/* bshd: the allocation is [B, S, H, D] and the tensor its [B, H, S, D] view. */
-static void t4_init(t4 *x, int64_t B, int64_t H, int64_t S, int64_t D, DLDataType dt, int bshd) {
+/* layout 1 (BSHD): the allocation is [B, S, H, D] and the tensor its [B, H, S, D] view;
+ * layout 2 (SPREAD): [B, H, S, 2D] seen through every other element of the last dimension (a
+ * head dimension of stride 2, which only the CUDA-core kernels read). */
+enum { BHSD = 0, BSHD = 1, SPREAD = 2 };
+static void t4_init(t4 *x, int64_t B, int64_t H, int64_t S, int64_t D, DLDataType dt, int layout) {
   memset(x, 0, sizeof *x);
   x->shape[0] = B, x->shape[1] = H, x->shape[2] = S, x->shape[3] = D;
-  if (bshd)
+  const int64_t spread = layout == SPREAD ? 2 : 1;
+  if (layout == BSHD)
     x->strides[0] = S * H * D, x->strides[1] = D, x->strides[2] = H * D, x->strides[3] = 1;
   else
-    x->strides[0] = H * S * D, x->strides[1] = S * D, x->strides[2] = D, x->strides[3] = 1;
-  x->n = B * H * S * D;
+    x->strides[0] = H * S * D * spread, x->strides[1] = S * D * spread, x->strides[2] = D * spread,
+    x->strides[3] = spread;
+  x->n = B * H * S * D * spread;
   x->dt = dt;
   x->host = malloc((size_t)x->n * (dt.bits / 8));
   assert_non_null(x->host);
@@ -78,7 +84,7 @@ static double t4_get(const t4 *x, int64_t b, int64_t h, int64_t s, int64_t d) {
 /* float64 reference: O and LSE of one problem                                               */
 /* ---------------------------------------------------------------------------------------- */
 static void reference(const t4 *q, const t4 *k, const t4 *v, double scale, int causal, double *o, double *lse) {
-  const int64_t B = q->shape[0], Hq = q->shape[1], Sq = q->shape[2], D = q->shape[3];
+  const int64_t B = q->shape[0], Hq = q->shape[1], Sq = q->shape[2], D = q->shape[3], Dv = v->shape[3];
   const int64_t Hkv = k->shape[1], Sk = k->shape[2], group = Hq / Hkv;
   double *p = malloc((size_t)Sk * sizeof(double));
   assert_non_null(p);
@@ -95,12 +101,12 @@ static void reference(const t4 *q, const t4 *k, const t4 *v, double scale, int c
           if (p[j] > m) m = p[j];
         }
         for (int64_t j = 0; j < Sk; j++) l += p[j] == -INFINITY ? 0 : exp(p[j] - m);
-        double *orow = o + ((b * Hq + h) * Sq + i) * D;
-        for (int64_t d = 0; d < D; d++) orow[d] = 0;
+        double *orow = o + ((b * Hq + h) * Sq + i) * Dv;
+        for (int64_t d = 0; d < Dv; d++) orow[d] = 0;
         for (int64_t j = 0; j < Sk && l > 0; j++) {
           if (p[j] == -INFINITY) continue;
           const double w = exp(p[j] - m) / l;
-          for (int64_t d = 0; d < D; d++) orow[d] += w * t4_get(v, b, h / group, j, d);
+          for (int64_t d = 0; d < Dv; d++) orow[d] += w * t4_get(v, b, h / group, j, d);
         }
         lse[(b * Hq + h) * Sq + i] = l > 0 ? m + log(l) : -INFINITY;
       }
@@ -113,31 +119,43 @@ static void reference(const t4 *q, const t4 *k, const t4 *v, double scale, int c
 typedef struct acase {
   int64_t B, Hq, Hkv, Sq, Sk, D;
   DLDataType in, out;
-  int causal, bshd;
-  float scale; /* 0: default */
+  int causal, layout; /* BHSD, BSHD or SPREAD */
+  float scale;        /* 0: default */
+  int64_t Dv;         /* 0: D */
 } acase;
 
-static double fwd_tol(DLDataType in) { return in.code == kDLBfloat ? 1e-2 : 2e-3; }
+static int64_t case_dv(const acase *c) { return c->Dv ? c->Dv : c->D; }
+static const char *dt_name(DLDataType t) { return t.bits == 32 ? "f32" : t.code == kDLBfloat ? "bf16" : "f16"; }
+static const char *layout_name(int layout) {
+  return layout == BSHD ? " [B,S,H,D] views" : layout == SPREAD ? " head-dim stride 2" : "";
+}
+
+/* SPEC 5: f16 2e-3, bf16 1e-2, f32 inputs 2e-4. */
+static double fwd_tol(DLDataType in) { return in.bits == 32 ? 2e-4 : in.code == kDLBfloat ? 1e-2 : 2e-3; }
 
 static int g_wgmma; /* the device is sm_90: KILN_ATTENTION_FLASH_WGMMA runs (D <= 128) */
 
 static const char *algo_name(kiln_attention_algo a) {
-  return a == KILN_ATTENTION_FLASH_MMA_SYNC ? "FLASH_MMA_SYNC" : a == KILN_ATTENTION_FLASH_WGMMA ? "FLASH_WGMMA" : "AUTO";
+  return a == KILN_ATTENTION_FLASH_MMA_SYNC ? "FLASH_MMA_SYNC"
+         : a == KILN_ATTENTION_FLASH_WGMMA  ? "FLASH_WGMMA"
+         : a == KILN_ATTENTION_FLASH        ? "FLASH"
+                                            : "AUTO";
 }
 
 /* Runs the case on the GPU with one algo and compares O (every element) and LSE. 1 = good. */
 static int run_case_algo(const acase *c, kiln_attention_algo algo) {
   char what[256];
+  const int64_t Dv = case_dv(c);
   snprintf(what, sizeof what,
-           "B%" PRId64 " Hq%" PRId64 " Hkv%" PRId64 " Sq%" PRId64 " Sk%" PRId64 " D%" PRId64 " %s->%s%s%s %s",
-           c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->in.code == kDLBfloat ? "bf16" : "f16",
-           c->out.bits == 32 ? "f32" : c->out.code == kDLBfloat ? "bf16" : "f16", c->causal ? " causal" : "",
-           c->bshd ? " [B,S,H,D] views" : "", algo_name(algo));
+           "B%" PRId64 " Hq%" PRId64 " Hkv%" PRId64 " Sq%" PRId64 " Sk%" PRId64 " D%" PRId64 " Dv%" PRId64
+           " %s->%s%s%s %s",
+           c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, Dv, dt_name(c->in), dt_name(c->out), c->causal ? " causal" : "",
+           layout_name(c->layout), algo_name(algo));
   t4 q, k, v, o, lse;
-  t4_init(&q, c->B, c->Hq, c->Sq, c->D, c->in, c->bshd);
-  t4_init(&k, c->B, c->Hkv, c->Sk, c->D, c->in, c->bshd);
-  t4_init(&v, c->B, c->Hkv, c->Sk, c->D, c->in, c->bshd);
-  t4_init(&o, c->B, c->Hq, c->Sq, c->D, c->out, c->bshd);
+  t4_init(&q, c->B, c->Hq, c->Sq, c->D, c->in, c->layout);
+  t4_init(&k, c->B, c->Hkv, c->Sk, c->D, c->in, c->layout);
+  t4_init(&v, c->B, c->Hkv, c->Sk, Dv, c->in, c->layout);
+  t4_init(&o, c->B, c->Hq, c->Sq, Dv, c->out, c->layout);
   t4_init(&lse, c->B, c->Hq, c->Sq, 1, TEST_F32, 0);
   lse.t.ndim = 3; /* [B, Hq, Sq] */
   t4_random(&q), t4_random(&k), t4_random(&v);
@@ -153,7 +171,7 @@ static int run_case_algo(const acase *c, kiln_attention_algo algo) {
     ok = 0;
   } else {
     t4_copy(&o, 0), t4_copy(&lse, 0);
-    const int64_t rows = c->B * c->Hq * c->Sq, n = rows * c->D;
+    const int64_t rows = c->B * c->Hq * c->Sq, n = rows * Dv;
     double *ro = malloc((size_t)n * sizeof(double)), *rl = malloc((size_t)rows * sizeof(double)),
            *go = malloc((size_t)n * sizeof(double));
     assert_true(ro && rl && go);
@@ -163,7 +181,7 @@ static int run_case_algo(const acase *c, kiln_attention_algo algo) {
       for (int64_t h = 0; h < c->Hq; h++)
         for (int64_t i = 0; i < c->Sq; i++) {
           const int64_t r = (b * c->Hq + h) * c->Sq + i;
-          for (int64_t d = 0; d < c->D; d++) go[r * c->D + d] = t4_get(&o, b, h, i, d);
+          for (int64_t d = 0; d < Dv; d++) go[r * Dv + d] = t4_get(&o, b, h, i, d);
           const double got = ((const float *)lse.host)[r];
           if (isinf(rl[r]) ? !(isinf(got) && got < 0) : !(fabs(got - rl[r]) <= 1e-3 * (1 + fabs(rl[r])))) bad_lse++;
         }
@@ -210,7 +228,7 @@ static void head_dims_dtypes(void **state) {
       for (int of = 0; of < 2; of++)
         for (int causal = 0; causal < 2; causal++) {
           const DLDataType in = t ? TEST_BF16 : TEST_F16;
-          cs[n++] = (acase){1, 2, 2, 100 + 27 * di, 100 + 27 * di, dims[di], in, of ? TEST_F32 : in, causal, 0, 0};
+          cs[n++] = (acase){1, 2, 2, 100 + 27 * di, 100 + 27 * di, dims[di], in, of ? TEST_F32 : in, causal, 0, 0, 0};
         }
   const int failures = run_cases(cs, n);
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
@@ -228,7 +246,7 @@ static void lengths_and_groups(void **state) {
       for (int causal = 0; causal < 2; causal++)
         for (int g = 0; g < 2; g++) {
           const DLDataType in = (a + b + g) % 2 ? TEST_BF16 : TEST_F16;
-          cs[n++] = (acase){2, 4, g ? 1 : 2, lens[a], lens[b], 64, in, in, causal, 0, 0};
+          cs[n++] = (acase){2, 4, g ? 1 : 2, lens[a], lens[b], 64, in, in, causal, 0, 0, 0};
         }
   const int failures = run_cases(cs, n);
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
@@ -240,10 +258,10 @@ static void strided_views_scale_long(void **state) {
   (void)state;
   test_seed(13);
   const acase cs[] = {
-      {2, 4, 2, 130, 200, 128, TEST_F16, TEST_F16, 0, 1, 0},
-      {2, 4, 2, 130, 200, 128, TEST_BF16, TEST_F32, 1, 1, 0.3f},
-      {1, 2, 1, 1000, 1000, 64, TEST_F16, TEST_F32, 1, 0, 0},
-      {1, 2, 2, 700, 1100, 128, TEST_BF16, TEST_BF16, 0, 1, 0},
+      {2, 4, 2, 130, 200, 128, TEST_F16, TEST_F16, 0, 1, 0, 0},
+      {2, 4, 2, 130, 200, 128, TEST_BF16, TEST_F32, 1, 1, 0.3f, 0},
+      {1, 2, 1, 1000, 1000, 64, TEST_F16, TEST_F32, 1, 0, 0, 0},
+      {1, 2, 2, 700, 1100, 128, TEST_BF16, TEST_BF16, 0, 1, 0, 0},
   };
   const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
@@ -255,8 +273,8 @@ static void fully_masked_rows(void **state) {
   (void)state;
   test_seed(14);
   const acase cs[] = {
-      {1, 2, 1, 90, 20, 64, TEST_F16, TEST_F16, 1, 0, 0},
-      {1, 1, 1, 200, 3, 128, TEST_BF16, TEST_F32, 1, 0, 0},
+      {1, 2, 1, 90, 20, 64, TEST_F16, TEST_F16, 1, 0, 0, 0},
+      {1, 1, 1, 200, 3, 128, TEST_BF16, TEST_F32, 1, 0, 0, 0},
   };
   const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
@@ -297,7 +315,8 @@ static void deterministic(void **state) {
   t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o);
 }
 
-/* What no GPU kernel handles yet is refused with UNSUPPORTED and says why. */
+/* What an explicit algo's kernels cannot run (and SMEM, which has no GPU kernel yet) is refused
+ * with UNSUPPORTED and says why and what runs it instead. */
 static void refusals(void **state) {
   (void)state;
   t4 q, k, v, o, q32, k32, v32;
@@ -338,15 +357,17 @@ static void refusals(void **state) {
                       KILN_ERROR_UNSUPPORTED, "it takes head dims up to 128", "D is 256");
     t4_free(&q2), t4_free(&k2), t4_free(&v2), t4_free(&o2), t4_free(&q256), t4_free(&o256);
   }
-  /* D = 36: not a multiple of 8 */
+  /* the tensor-core algos: D = 36 is not a multiple of 8 (FLASH and AUTO run it: cuda_core_*) */
+  opts.algo = KILN_ATTENTION_FLASH_MMA_SYNC;
   q.shape[3] = k.shape[3] = v.shape[3] = o.shape[3] = 36;
-  assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, NULL, g_stream), KILN_ERROR_UNSUPPORTED,
-                    "D a multiple of 8, but D is 36");
+  assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream), KILN_ERROR_UNSUPPORTED,
+                    "kiln_attention: algo FLASH_MMA_SYNC: ", "D a multiple of 8, but D is 36",
+                    "KILN_ATTENTION_FLASH and _AUTO run it on the CUDA-core kernels");
   q.shape[3] = k.shape[3] = v.shape[3] = o.shape[3] = 40;
   /* a sequence stride that is not a multiple of 8 elements */
   k.strides[2] = 44, k.shape[2] = 8;
   v.shape[2] = 8;
-  assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, NULL, g_stream), KILN_ERROR_UNSUPPORTED,
+  assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream), KILN_ERROR_UNSUPPORTED,
                     "16-byte aligned data", "k [");
   /* f32 inputs */
   t4_init(&q32, 1, 1, 16, 40, TEST_F32, 0);
@@ -354,9 +375,41 @@ static void refusals(void **state) {
   t4_init(&v32, 1, 1, 16, 40, TEST_F32, 0);
   t4 o32;
   t4_init(&o32, 1, 1, 16, 40, TEST_F32, 0);
-  assert_kiln_fails(kiln_attention(g_ctx, &q32.t, &k32.t, &v32.t, &o32.t, NULL, NULL, g_stream),
-                    KILN_ERROR_UNSUPPORTED, "float32, which has no GPU attention kernel yet");
+  assert_kiln_fails(kiln_attention(g_ctx, &q32.t, &k32.t, &v32.t, &o32.t, NULL, &opts, g_stream),
+                    KILN_ERROR_UNSUPPORTED, "algo FLASH_MMA_SYNC: q, k and v are float32",
+                    "the tensor-core kernels take float16 and bfloat16");
+  opts.algo = KILN_ATTENTION_FLASH_WGMMA;
+  assert_kiln_fails(kiln_attention(g_ctx, &q32.t, &k32.t, &v32.t, &o32.t, NULL, &opts, g_stream),
+                    KILN_ERROR_UNSUPPORTED, "algo FLASH_WGMMA: q, k and v are float32");
   t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&q32), t4_free(&k32), t4_free(&v32), t4_free(&o32);
+}
+
+/* The CUDA-core kernels, through FLASH and AUTO: every problem the tensor-core kernels do not
+ * take. f32 inputs (tolerance 2e-4) with head dims 1, 7, 33, 64, 128 and 256 (16-row tiles),
+ * Dv != D, f16/bf16 with D = 36 (no multiple of 8), Dv != D, a head dimension of stride 2; with
+ * causal, GQA and MQA, Sq != Sk, fully masked rows (causal, Sq > Sk), [B, S, H, D] views. */
+static const acase cuda_core_cases[] = {
+    {1, 2, 2, 100, 100, 64, {kDLFloat, 32, 1}, {kDLFloat, 32, 1}, 0, BHSD, 0, 0},
+    {2, 4, 1, 77, 130, 33, {kDLFloat, 32, 1}, {kDLFloat, 32, 1}, 1, BSHD, 0.3f, 0},
+    {1, 4, 2, 90, 20, 7, {kDLFloat, 32, 1}, {kDLFloat, 32, 1}, 1, BHSD, 0, 5},
+    {1, 2, 1, 300, 300, 128, {kDLFloat, 32, 1}, {kDLFloat, 32, 1}, 1, BHSD, 0, 0},
+    {1, 2, 2, 65, 129, 256, {kDLFloat, 32, 1}, {kDLFloat, 32, 1}, 0, BHSD, 0, 200},
+    {1, 1, 1, 1, 17, 1, {kDLFloat, 32, 1}, {kDLFloat, 32, 1}, 0, BHSD, 0, 0},
+    {1, 2, 2, 100, 100, 36, {kDLFloat, 16, 1}, {kDLFloat, 16, 1}, 1, BHSD, 0, 0},
+    {2, 2, 1, 50, 70, 64, {kDLBfloat, 16, 1}, {kDLFloat, 32, 1}, 0, BHSD, 0, 100},
+    {1, 2, 2, 120, 120, 64, {kDLFloat, 16, 1}, {kDLFloat, 32, 1}, 1, SPREAD, 0, 0},
+    {1, 2, 1, 40, 200, 160, {kDLBfloat, 16, 1}, {kDLBfloat, 16, 1}, 1, SPREAD, 0, 0},
+};
+
+static void cuda_core_forward(void **state) {
+  (void)state;
+  test_seed(16);
+  const int n = (int)(sizeof cuda_core_cases / sizeof cuda_core_cases[0]);
+  int failures = 0;
+  for (int i = 0; i < n; i++)
+    failures += !run_case_algo(&cuda_core_cases[i], KILN_ATTENTION_FLASH) +
+                !run_case_algo(&cuda_core_cases[i], KILN_ATTENTION_AUTO);
+  if (failures) fail_msg("%d of %d runs failed (listed above)", failures, 2 * n);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -369,7 +422,7 @@ typedef struct bcase {
   int which;           /* bits 1, 2, 4: dq, dk, dv */
 } bcase;
 
-static double bwd_tol(DLDataType in) { return in.code == kDLBfloat ? 2e-2 : 5e-3; }
+static double bwd_tol(DLDataType in) { return in.bits == 32 ? 1e-4 : in.code == kDLBfloat ? 2e-2 : 5e-3; }
 
 /* A host DLTensor over x's mirror (same shape and strides). */
 static DLTensor host_view(t4 *x) {
@@ -400,24 +453,23 @@ static double grad_error(const t4 *g, const float *ref) {
 static int run_bwd_case_algo(const bcase *bc, kiln_attention_algo algo) {
   const acase *c = &bc->a;
   char what[256];
+  const int64_t Dv = case_dv(c);
   snprintf(what, sizeof what,
-           "B%" PRId64 " Hq%" PRId64 " Hkv%" PRId64 " Sq%" PRId64 " Sk%" PRId64 " D%" PRId64
+           "B%" PRId64 " Hq%" PRId64 " Hkv%" PRId64 " Sq%" PRId64 " Sk%" PRId64 " D%" PRId64 " Dv%" PRId64
            " %s dO %s grads %s%s%s%s %s",
-           c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, c->in.code == kDLBfloat ? "bf16" : "f16",
-           bc->dout.bits == 32 ? "f32" : bc->dout.code == kDLBfloat ? "bf16" : "f16",
-           bc->dg.bits == 32 ? "f32" : bc->dg.code == kDLBfloat ? "bf16" : "f16", c->causal ? " causal" : "",
-           c->bshd ? " [B,S,H,D] views" : "", bc->which == 7 ? "" : " (subset)", algo_name(algo));
+           c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, Dv, dt_name(c->in), dt_name(bc->dout), dt_name(bc->dg),
+           c->causal ? " causal" : "", layout_name(c->layout), bc->which == 7 ? "" : " (subset)", algo_name(algo));
   t4 q, k, v, o, lse, dout, g[3];
-  t4_init(&q, c->B, c->Hq, c->Sq, c->D, c->in, c->bshd);
-  t4_init(&k, c->B, c->Hkv, c->Sk, c->D, c->in, c->bshd);
-  t4_init(&v, c->B, c->Hkv, c->Sk, c->D, c->in, c->bshd);
-  t4_init(&o, c->B, c->Hq, c->Sq, c->D, c->out, c->bshd);
+  t4_init(&q, c->B, c->Hq, c->Sq, c->D, c->in, c->layout);
+  t4_init(&k, c->B, c->Hkv, c->Sk, c->D, c->in, c->layout);
+  t4_init(&v, c->B, c->Hkv, c->Sk, Dv, c->in, c->layout);
+  t4_init(&o, c->B, c->Hq, c->Sq, Dv, c->out, c->layout);
   t4_init(&lse, c->B, c->Hq, c->Sq, 1, TEST_F32, 0);
   lse.t.ndim = 3;
-  t4_init(&dout, c->B, c->Hq, c->Sq, c->D, bc->dout, c->bshd);
-  t4_init(&g[0], c->B, c->Hq, c->Sq, c->D, bc->dg, c->bshd);
-  t4_init(&g[1], c->B, c->Hkv, c->Sk, c->D, bc->dg, c->bshd);
-  t4_init(&g[2], c->B, c->Hkv, c->Sk, c->D, bc->dg, c->bshd);
+  t4_init(&dout, c->B, c->Hq, c->Sq, Dv, bc->dout, c->layout);
+  t4_init(&g[0], c->B, c->Hq, c->Sq, c->D, bc->dg, c->layout);
+  t4_init(&g[1], c->B, c->Hkv, c->Sk, c->D, bc->dg, c->layout);
+  t4_init(&g[2], c->B, c->Hkv, c->Sk, Dv, bc->dg, c->layout);
   t4_random(&q), t4_random(&k), t4_random(&v), t4_random(&dout);
   for (int i = 0; i < 3; i++) t4_copy(&g[i], 1); /* NaN poison */
   kiln_attention_opts opts = kiln_attention_opts_default();
@@ -502,7 +554,7 @@ static void backward_head_dims(void **state) {
     for (int t = 0; t < 2; t++)
       for (int causal = 0; causal < 2; causal++) {
         const DLDataType in = t ? TEST_BF16 : TEST_F16;
-        cs[n++] = (bcase){{1, 2, 2, 90 + 31 * di, 90 + 31 * di, dims[di], in, in, causal, 0, 0},
+        cs[n++] = (bcase){{1, 2, 2, 90 + 31 * di, 90 + 31 * di, dims[di], in, in, causal, 0, 0, 0},
                           in,
                           (di + causal) % 2 ? TEST_F32 : in,
                           7};
@@ -524,33 +576,49 @@ static void backward_shapes(void **state) {
     for (int b = 0; b < 3; b++)
       for (int causal = 0; causal < 2; causal++) {
         const DLDataType in = (a + b) % 2 ? TEST_BF16 : TEST_F16;
-        cs[n++] = (bcase){{2, 4, (a + b) % 2 ? 1 : 2, lens[a], lens[b], 64, in, in, causal, 0, 0}, in, in, 7};
+        cs[n++] = (bcase){{2, 4, (a + b) % 2 ? 1 : 2, lens[a], lens[b], 64, in, in, causal, 0, 0, 0}, in, in, 7};
       }
-  cs[n++] = (bcase){{2, 4, 2, 130, 200, 128, TEST_F16, TEST_F16, 1, 1, 0.3f}, TEST_F16, TEST_F16, 7};
-  cs[n++] = (bcase){{1, 4, 1, 150, 90, 64, TEST_BF16, TEST_F32, 1, 0, 0}, TEST_F32, TEST_F32, 7};
-  cs[n++] = (bcase){{1, 2, 2, 100, 100, 128, TEST_F16, TEST_F16, 0, 0, 0}, TEST_F16, TEST_F16, 1};
-  cs[n++] = (bcase){{1, 2, 1, 100, 100, 64, TEST_F16, TEST_F16, 1, 0, 0}, TEST_BF16, TEST_F16, 6};
-  cs[n++] = (bcase){{1, 2, 2, 120, 80, 256, TEST_BF16, TEST_BF16, 1, 1, 0}, TEST_BF16, TEST_F32, 4};
-  cs[n++] = (bcase){{1, 2, 1, 1000, 1000, 64, TEST_F16, TEST_F16, 1, 0, 0}, TEST_F16, TEST_F32, 7};
+  cs[n++] = (bcase){{2, 4, 2, 130, 200, 128, TEST_F16, TEST_F16, 1, 1, 0.3f, 0}, TEST_F16, TEST_F16, 7};
+  cs[n++] = (bcase){{1, 4, 1, 150, 90, 64, TEST_BF16, TEST_F32, 1, 0, 0, 0}, TEST_F32, TEST_F32, 7};
+  cs[n++] = (bcase){{1, 2, 2, 100, 100, 128, TEST_F16, TEST_F16, 0, 0, 0, 0}, TEST_F16, TEST_F16, 1};
+  cs[n++] = (bcase){{1, 2, 1, 100, 100, 64, TEST_F16, TEST_F16, 1, 0, 0, 0}, TEST_BF16, TEST_F16, 6};
+  cs[n++] = (bcase){{1, 2, 2, 120, 80, 256, TEST_BF16, TEST_BF16, 1, 1, 0, 0}, TEST_BF16, TEST_F32, 4};
+  cs[n++] = (bcase){{1, 2, 1, 1000, 1000, 64, TEST_F16, TEST_F16, 1, 0, 0, 0}, TEST_F16, TEST_F32, 7};
   const int failures = run_bwd_cases(cs, n);
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
 }
 
-/* The same backward twice gives the same bits (GQA: dK, dV sum 4 heads). */
-static void backward_deterministic(void **state) {
+/* The CUDA-core backward (FLASH): the forward's cases with dO and gradients in other dtypes and
+ * subsets of the gradients. */
+static void cuda_core_backward(void **state) {
   (void)state;
-  test_seed(23);
+  test_seed(26);
+  const int n = (int)(sizeof cuda_core_cases / sizeof cuda_core_cases[0]);
+  static const int which[4] = {7, 7, 5, 6};
+  int failures = 0;
+  for (int i = 0; i < n; i++) {
+    const acase *c = &cuda_core_cases[i];
+    const DLDataType other = c->in.bits == 32 ? TEST_BF16 : TEST_F32;
+    const bcase bc = {*c, i % 2 ? other : c->in, i % 3 ? c->in : TEST_F32, which[i % 4]};
+    failures += !run_bwd_case_algo(&bc, KILN_ATTENTION_FLASH);
+  }
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
+/* The same backward twice gives the same bits (GQA: dK, dV sum 4 heads), in dtype dt with head
+ * dim D (bf16: a tensor-core family; f32: the CUDA-core one). */
+static void check_backward_deterministic(DLDataType dt, int64_t D) {
   t4 q, k, v, o, lse, dout, dq, dk, dv;
-  t4_init(&q, 1, 8, 300, 64, TEST_BF16, 0);
-  t4_init(&k, 1, 2, 300, 64, TEST_BF16, 0);
-  t4_init(&v, 1, 2, 300, 64, TEST_BF16, 0);
-  t4_init(&o, 1, 8, 300, 64, TEST_BF16, 0);
+  t4_init(&q, 1, 8, 300, D, dt, 0);
+  t4_init(&k, 1, 2, 300, D, dt, 0);
+  t4_init(&v, 1, 2, 300, D, dt, 0);
+  t4_init(&o, 1, 8, 300, D, dt, 0);
   t4_init(&lse, 1, 8, 300, 1, TEST_F32, 0);
   lse.t.ndim = 3;
-  t4_init(&dout, 1, 8, 300, 64, TEST_BF16, 0);
-  t4_init(&dq, 1, 8, 300, 64, TEST_F32, 0);
-  t4_init(&dk, 1, 2, 300, 64, TEST_F32, 0);
-  t4_init(&dv, 1, 2, 300, 64, TEST_F32, 0);
+  t4_init(&dout, 1, 8, 300, D, dt, 0);
+  t4_init(&dq, 1, 8, 300, D, TEST_F32, 0);
+  t4_init(&dk, 1, 2, 300, D, TEST_F32, 0);
+  t4_init(&dv, 1, 2, 300, D, TEST_F32, 0);
   t4_random(&q), t4_random(&k), t4_random(&v), t4_random(&dout);
   kiln_attention_opts opts = kiln_attention_opts_default();
   opts.deterministic = 1;
@@ -582,6 +650,12 @@ static void backward_deterministic(void **state) {
   kiln_tensor_free(ws);
   t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&lse), t4_free(&dout);
   t4_free(&dq), t4_free(&dk), t4_free(&dv);
+}
+static void backward_deterministic(void **state) {
+  (void)state;
+  test_seed(23);
+  check_backward_deterministic(TEST_BF16, 64);
+  check_backward_deterministic(TEST_F32, 40); /* the CUDA-core kernels */
 }
 
 /* A workspace smaller than the size query's is refused before anything runs. */
@@ -624,9 +698,11 @@ int main(int argc, char **argv) {
       cmocka_unit_test(strided_views_scale_long),
       cmocka_unit_test(fully_masked_rows),
       cmocka_unit_test(deterministic),
+      cmocka_unit_test(cuda_core_forward),
       cmocka_unit_test(refusals),
       cmocka_unit_test(backward_head_dims),
       cmocka_unit_test(backward_shapes),
+      cmocka_unit_test(cuda_core_backward),
       cmocka_unit_test(backward_deterministic),
       cmocka_unit_test(backward_workspace_refused),
   };

@@ -83,10 +83,11 @@ def test_matmul_gradients_against_torch():
     assert rel(a.grad, a64.grad) <= 1e-2 and rel(w.grad, w64.grad) <= 1e-2
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("hq,hkv,s,d", [(8, 8, 256, 64), (8, 2, 129, 128), (4, 1, 17, 64)])
+@pytest.mark.parametrize("hq,hkv,s,d", [(8, 8, 256, 64), (8, 2, 129, 128), (4, 1, 17, 64), (2, 1, 33, 36)])
 def test_attention_against_sdpa(dtype, causal, hq, hkv, s, d):
+    """f16/bf16 with D % 8 == 0 run on tensor cores; f32 inputs and D = 36 on the CUDA-core kernels."""
     q = torch.randn(2, hq, s, d, device=DEV, dtype=dtype, requires_grad=True)
     k = torch.randn(2, hkv, s, d, device=DEV, dtype=dtype, requires_grad=True)
     v = torch.randn(2, hkv, s, d, device=DEV, dtype=dtype, requires_grad=True)
@@ -95,12 +96,13 @@ def test_attention_against_sdpa(dtype, causal, hq, hkv, s, d):
     q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
     ref = torch.nn.functional.scaled_dot_product_attention(
         q64, k64.repeat_interleave(g, dim=1), v64.repeat_interleave(g, dim=1), is_causal=causal)
-    assert rel(o, ref) <= (2e-3 if dtype == torch.float16 else 1e-2)
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 2e-4}[dtype]
+    assert rel(o, ref) <= tol
     dout = torch.randn_like(o)
     grads = skip_if_unsupported(torch.autograd.grad, o, (q, k, v), dout)
     ref.backward(dout.double())
     for mine, theirs in zip(grads, (q64.grad, k64.grad, v64.grad)):
-        assert rel(mine, theirs) <= 1e-2
+        assert rel(mine, theirs) <= (1e-4 if dtype == torch.float32 else 1e-2)
 
 
 # ------------------------------------------------------------------------------------------------

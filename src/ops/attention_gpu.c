@@ -2,14 +2,20 @@
  * attention_gpu.c — kiln_attention's GPU side: check what the kernels need beyond the op's
  * contract, choose a kernel for a validated problem, launch.
  *
- * The FLASH forward copies 16-byte chunks of Q, K and V rows (cp.async in
- * kernels/attention_sm80.cu; TMA in kernels/attention_sm90.cu, the sm_90 kernel for head dims up
- * to 128), so it needs D == Dv, D a multiple of 8, contiguous head dimensions and 16-byte
- * aligned rows (data pointers and every stride multiples of 8 elements). It is instantiated for
- * D padded to 64, 128 or 256 (sm_90a: 64 or 128). The FLASH backward (kernels/attention_bwd_sm80.cu) has the same
- * needs of Q, K and V; dO may be anything (converted into the workspace when needed), dQ, dK,
- * dV any strides and float dtype. f32 inputs and the SMEM algorithm have no GPU kernel yet: they
- * are refused with UNSUPPORTED and a message saying so.
+ * Three kernel families run the FLASH algorithm:
+ *   - the sm_90a tensor-core kernels (kernels/attention_sm90.cu, attention_bwd_sm90.cu: WGMMA,
+ *     TMA), head dims padded to 64 or 128;
+ *   - the sm_80+ tensor-core kernels (kernels/attention_sm80.cu, attention_bwd_sm80.cu:
+ *     mma.sync), head dims padded to 64, 128 or 256;
+ *   - the CUDA-core kernels (kernels/attention_simt.cu: f32 arithmetic), any problem that passes
+ *     validation.
+ * The tensor-core kernels copy 16-byte chunks of Q, K and V rows, so they need f16 or bf16
+ * inputs, D == Dv, D a multiple of 8, contiguous head dimensions and 16-byte aligned rows (data
+ * pointers and every stride multiples of 8 elements); their backward reads dO of another dtype or
+ * layout through a compact copy in the workspace, and writes dQ, dK, dV of any strides and float
+ * dtype. FLASH and AUTO take the sm_90a kernels where they fit, else the sm_80 ones, else the
+ * CUDA-core ones; FLASH_WGMMA and FLASH_MMA_SYNC run their own family or say why not. The SMEM
+ * algorithm has no GPU kernel yet: it is refused with UNSUPPORTED and a message saying so.
  */
 #include <inttypes.h>
 
@@ -19,37 +25,68 @@ static bool aligned16(const void *p, int64_t bs, int64_t hs, int64_t ss) {
   return (uintptr_t)p % 16 == 0 && bs % 8 == 0 && hs % 8 == 0 && ss % 8 == 0;
 }
 
-/* What the FLASH kernels need of Q, K, V and O beyond the op's contract (UNSUPPORTED if not). */
-static kiln_status check_flash(const char *op, const kiln_attn_args *a) {
+/* What the tensor-core kernels need of Q, K, V and O beyond the op's contract: KILN_OK, or
+ * UNSUPPORTED with (when `report`) a message for the explicit algo `algo` that asked for them. */
+static kiln_status check_tensor_cores(const char *op, const kiln_attn_args *a, const char *algo, bool report) {
+  const char *fix = "KILN_ATTENTION_FLASH and _AUTO run it on the CUDA-core kernels";
   if (a->in_dtype == KILN_DT_F32)
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: q, k and v are float32, which has no GPU attention kernel yet; convert them to float16 or "
-                     "bfloat16 (kiln_cast), or use a CPU context",
-                     op);
+    return !report ? KILN_ERROR_UNSUPPORTED
+                   : kiln_fail(KILN_ERROR_UNSUPPORTED,
+                               "%s: algo %s: q, k and v are float32, but the tensor-core kernels take float16 and "
+                               "bfloat16; %s (f32 arithmetic)",
+                               op, algo, fix);
   if (a->d != a->dv_dim || a->d % 8 != 0)
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: the GPU kernels need D == Dv and D a multiple of 8, but D is %d and Dv is %d; pad the head "
-                     "dimension with zeros, or use a CPU context",
-                     op, a->d, a->dv_dim);
+    return !report ? KILN_ERROR_UNSUPPORTED
+                   : kiln_fail(KILN_ERROR_UNSUPPORTED,
+                               "%s: algo %s: the tensor-core kernels need D == Dv and D a multiple of 8, but D is %d "
+                               "and Dv is %d; %s, or pad the head dimension with zeros",
+                               op, algo, a->d, a->dv_dim, fix);
   if (a->q_ds != 1 || a->k_ds != 1 || a->v_ds != 1 || a->o_ds != 1)
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: the GPU kernels need a contiguous head dimension (stride 1) in q, k, v and o, but their "
-                     "strides there are %" PRId64 ", %" PRId64 ", %" PRId64 " and %" PRId64 "; pass views whose last "
-                     "dimension is contiguous",
-                     op, a->q_ds, a->k_ds, a->v_ds, a->o_ds);
+    return !report ? KILN_ERROR_UNSUPPORTED
+                   : kiln_fail(KILN_ERROR_UNSUPPORTED,
+                               "%s: algo %s: the tensor-core kernels need a contiguous head dimension (stride 1) in "
+                               "q, k, v and o, but their strides there are %" PRId64 ", %" PRId64 ", %" PRId64
+                               " and %" PRId64 "; %s, or pass views whose last dimension is contiguous",
+                               op, algo, a->q_ds, a->k_ds, a->v_ds, a->o_ds, fix);
   if (!aligned16(a->q, a->q_bs, a->q_hs, a->q_ss) || !aligned16(a->k, a->k_bs, a->k_hs, a->k_ss) ||
       !aligned16(a->v, a->v_bs, a->v_hs, a->v_ss))
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: the GPU kernels copy 16-byte chunks, so q, k and v need 16-byte aligned data and batch, "
-                     "head and sequence strides that are multiples of 8 elements; q has strides [%" PRId64 ", %" PRId64
-                     ", %" PRId64 "], k [%" PRId64 ", %" PRId64 ", %" PRId64 "], v [%" PRId64 ", %" PRId64 ", %" PRId64
-                     "]; use compact tensors or pad the strides",
-                     op, a->q_bs, a->q_hs, a->q_ss, a->k_bs, a->k_hs, a->k_ss, a->v_bs, a->v_hs, a->v_ss);
+    return !report ? KILN_ERROR_UNSUPPORTED
+                   : kiln_fail(KILN_ERROR_UNSUPPORTED,
+                               "%s: algo %s: the tensor-core kernels copy 16-byte chunks, so q, k and v need 16-byte "
+                               "aligned data and batch, head and sequence strides that are multiples of 8 elements; "
+                               "q has strides [%" PRId64 ", %" PRId64 ", %" PRId64 "], k [%" PRId64 ", %" PRId64
+                               ", %" PRId64 "], v [%" PRId64 ", %" PRId64 ", %" PRId64 "]; %s, or use compact "
+                               "tensors",
+                               op, algo, a->q_bs, a->q_hs, a->q_ss, a->k_bs, a->k_hs, a->k_ss, a->v_bs, a->v_hs,
+                               a->v_ss, fix);
+  return KILN_OK;
+}
+
+/* Every GPU kernel's grid has the query heads in y and the batch in z. */
+static kiln_status check_grid(const char *op, const kiln_attn_args *a) {
   if (a->hq > 65535 || a->batch > 65535)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
                      "%s: %d query heads and batch %d; the GPU grid takes at most 65535 of each; split the batch", op,
                      a->hq, a->batch);
   return KILN_OK;
+}
+
+/* The CUDA-core kernels (kernels/attention_simt.cu): `role` is the kernel at 32 rows (the one
+ * at 16 follows it in kernel_list.h); blocks of ROWS query rows (y: query heads) or, for dK/dV,
+ * ROWS keys (y: K/V heads). */
+static kiln_status launch_simt(const kiln_context *ctx, const char *op, const kiln_attn_args *a, kiln_kernel_id role,
+                               CUstream stream) {
+  const int rows = KILN_ATTN_SIMT_ROWS(a->d, a->dv_dim);
+  const bool dkdv = role == KILN_K_ATTN_SIMT_DKDV_R32;
+  const unsigned smem = (unsigned)(role == KILN_K_ATTN_SIMT_FWD_R32 ? KILN_ATTN_SIMT_FWD_SMEM_BYTES(rows, a->d, a->dv_dim)
+                                   : dkdv                           ? KILN_ATTN_SIMT_DKDV_SMEM_BYTES(rows, a->d, a->dv_dim)
+                                                                    : KILN_ATTN_SIMT_DQ_SMEM_BYTES(rows, a->d, a->dv_dim));
+  const int64_t seq = dkdv ? a->sk : a->sq;
+  kiln_attn_args args = *a;
+  void *params[] = {&args};
+  return kiln_launch(ctx, (kiln_kernel_id)(role + (rows == 16)), (unsigned)((seq + rows - 1) / rows),
+                     (unsigned)(dkdv ? a->hkv : a->hq), (unsigned)a->batch, KILN_ATTN_SIMT_THREADS, smem, stream,
+                     params, op);
 }
 
 /* Head dims are padded to the kernels' DP: 64, 128 or 256. Each kernel family is listed as
@@ -63,7 +100,7 @@ static kiln_kernel_id family_kernel(kiln_kernel_id f16_d64, kiln_kernel_id bf16_
 
 /* ---- the sm_90a forward (kernels/attention_sm90.cu) ---------------------------------------- */
 /* It takes head dims padded to 64 or 128 on an sm_90 device, through TMA maps of Q, K and V,
- * which need what check_flash asks (16-byte aligned data, strides multiples of 16 bytes) and a
+ * which need what check_tensor_cores asks (16-byte aligned data, strides multiples of 16 bytes) and a
  * non-zero stride over every dimension of size > 1 (a view that repeats rows with stride 0,
  * e.g. K expanded over heads, goes to the MMA_SYNC kernel). */
 static bool strided(int64_t n, int64_t stride) { return n == 1 || stride != 0; }
@@ -119,30 +156,42 @@ static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const k
   return kiln_launch(ctx, kernel, gx, gy, (unsigned)a->batch, KILN_ATTN_WG_THREADS, smem, stream, params, op);
 }
 
-/* The kernel family an algo runs: NULL for WGMMA, else why not ("" when MMA_SYNC was asked for),
- * with the explicit FLASH_WGMMA refused where it cannot run. */
-static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo,
-                          const char **misfit) {
-  *misfit = algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "" : wgmma_misfit(ctx, a);
-  if (algo == KILN_ATTENTION_FLASH_WGMMA && *misfit)
+/* The kernel family that runs a problem. */
+typedef enum family { FAMILY_WGMMA, FAMILY_MMA_SYNC, FAMILY_SIMT } family;
+
+/* FLASH and AUTO: WGMMA where it fits, else MMA_SYNC where the tensor cores can take the problem,
+ * else the CUDA-core kernels; the explicit FLASH_WGMMA and FLASH_MMA_SYNC run their family or say
+ * why not. SMEM has no GPU kernel yet. */
+static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo, family *f) {
+  if (algo == KILN_ATTENTION_SMEM)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED, "%s: algo SMEM has no GPU kernel yet; use KILN_ATTENTION_AUTO or _FLASH",
+                     op);
+  kiln_status st = check_grid(op, a);
+  if (st) return st;
+  const bool named = algo == KILN_ATTENTION_FLASH_MMA_SYNC || algo == KILN_ATTENTION_FLASH_WGMMA;
+  if ((st = check_tensor_cores(op, a, algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "FLASH_MMA_SYNC" : "FLASH_WGMMA",
+                               named))) {
+    if (named) return st;
+    *f = FAMILY_SIMT;
+    return KILN_OK;
+  }
+  const char *misfit = algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "" : wgmma_misfit(ctx, a);
+  if (algo == KILN_ATTENTION_FLASH_WGMMA && misfit)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
                      "%s: algo FLASH_WGMMA cannot run this problem: %s (%s is sm_%d, D is %d); use "
                      "KILN_ATTENTION_FLASH, which picks the kernel, or _FLASH_MMA_SYNC",
-                     op, *misfit, ctx->info.name, ctx->arch, a->d);
+                     op, misfit, ctx->info.name, ctx->arch, a->d);
+  *f = misfit ? FAMILY_MMA_SYNC : FAMILY_WGMMA;
   return KILN_OK;
 }
 
-/* FLASH (and AUTO): the WGMMA kernel where it fits, else MMA_SYNC; the explicit algos run theirs
- * or say why not. */
 kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo,
                                        CUstream stream) {
-  if (algo == KILN_ATTENTION_SMEM)
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: algo SMEM has no GPU kernel yet; use KILN_ATTENTION_AUTO or _FLASH", op);
-  kiln_status st = check_flash(op, a);
-  const char *misfit;
-  if (st || (st = choose(ctx, op, a, algo, &misfit))) return st;
-  if (!misfit)
+  family f = FAMILY_SIMT;
+  kiln_status st = choose(ctx, op, a, algo, &f);
+  if (st) return st;
+  if (f == FAMILY_SIMT) return launch_simt(ctx, op, a, KILN_K_ATTN_SIMT_FWD_R32, stream);
+  if (f == FAMILY_WGMMA)
     return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a),
                         (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
                         (unsigned)KILN_ATTN_WG_SMEM_BYTES(padded_dim(a->d)), KILN_ATTN_WG_BM, KILN_ATTN_WG_BN, false,
@@ -168,24 +217,26 @@ static size_t delta_bytes(const kiln_attn_args *a) {
   return ((size_t)a->batch * (size_t)a->hq * (size_t)a->sq * 4 + 255) / 256 * 256;
 }
 
+/* The CUDA-core kernels read dO as given; the tensor-core ones take a copy when they cannot. */
+static bool copies_dout(const kiln_attn_args *a) {
+  return check_tensor_cores("", a, "", false) == KILN_OK && dout_needs_copy(a);
+}
+
 size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_args *a, int deterministic) {
   (void)ctx, (void)deterministic; /* every GPU backward kernel is deterministic */
   size_t bytes = delta_bytes(a);
-  if (dout_needs_copy(a)) bytes += (size_t)a->batch * (size_t)a->hq * (size_t)a->sq * (size_t)a->dv_dim * 2;
+  if (copies_dout(a)) bytes += (size_t)a->batch * (size_t)a->hq * (size_t)a->sq * (size_t)a->dv_dim * 2;
   return bytes;
 }
 
-/* delta (and the dO copy), then dK/dV, then dQ: three launches on the caller's stream, the
- * WGMMA kernels where they fit (as the forward chooses), else the mma.sync ones. */
+/* delta (and the dO copy), then dK/dV, then dQ: three launches on the caller's stream, from the
+ * kernel family the forward would choose. */
 kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo,
                                         int deterministic, void *workspace, CUstream stream) {
   (void)deterministic;
-  if (algo == KILN_ATTENTION_SMEM)
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: algo SMEM has no GPU backward kernel; use KILN_ATTENTION_AUTO or _FLASH", op);
-  kiln_status st = check_flash(op, a);
-  const char *misfit;
-  if (st || (st = choose(ctx, op, a, algo, &misfit))) return st;
+  family f = FAMILY_SIMT;
+  kiln_status st = choose(ctx, op, a, algo, &f);
+  if (st) return st;
   const int64_t rows = (int64_t)a->batch * a->hq * a->sq;
   if (rows > (int64_t)INT32_MAX)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
@@ -195,7 +246,7 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
   kiln_attn_args args = *a;
   void *params[] = {&args};
   args.delta = (float *)workspace;
-  args.do_copy = dout_needs_copy(a) ? (char *)workspace + delta_bytes(a) : NULL;
+  args.do_copy = copies_dout(a) ? (char *)workspace + delta_bytes(a) : NULL;
   const unsigned warps = KILN_ATTN_THREADS / 32;
   if ((st = kiln_launch(ctx, KILN_K_ATTN_BWD_DELTA, (unsigned)((rows + warps - 1) / warps), 1, 1, KILN_ATTN_THREADS,
                         0, stream, params, op)))
@@ -208,8 +259,12 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
     args.do_hs = (int64_t)args.sq * args.dv_dim;
     args.do_bs = (int64_t)args.hq * args.sq * args.dv_dim;
   }
+  if (f == FAMILY_SIMT) {
+    if ((a->dk || a->dv) && (st = launch_simt(ctx, op, &args, KILN_K_ATTN_SIMT_DKDV_R32, stream))) return st;
+    return a->dq ? launch_simt(ctx, op, &args, KILN_K_ATTN_SIMT_DQ_R32, stream) : KILN_OK;
+  }
   const int dp = padded_dim(a->d);
-  if (!misfit) { /* the sm_90a kernels (TMA maps of the dO they read) */
+  if (f == FAMILY_WGMMA) { /* the sm_90a kernels (TMA maps of the dO they read) */
     if ((a->dk || a->dv) &&
         (st = launch_wgmma(ctx, op, &args,
                            family_kernel(KILN_K_ATTN_BWD_DKDV_WG_f16_D64, KILN_K_ATTN_BWD_DKDV_WG_bf16_D64, a),

@@ -21,10 +21,13 @@ const char bench_attention_usage[] =
     "  O = softmax(Q·Kᵀ/sqrt(D))·V, Q, K, V, O [B, H, S, D] compact, random inputs: the forward, and\n"
     "  forward (with LSE) + backward (FLOPs 3.5x the forward's).\n"
     "  Shapes: B·S = 16384, H·D = 2048, S in 512..16384 (--quick: 2048, 8192), D in 64, 128.\n"
-    "  --dtype f16|bf16|all   input and output dtype (default f16)\n"
+    "  --dtype f16|bf16|f32|all  input and output dtype (default f16; all: f16 and bf16; f32 runs the\n"
+    "                         CUDA-core kernels)\n"
     "  --causal 0|1|all       (default all)\n"
     "  --algo auto|mma_sync|wgmma|all  FLASH kernel (default auto: what kiln picks; all: mma_sync, and\n"
     "                         wgmma on sm_90; the backward runs the mma_sync kernels whatever the algo)\n"
+    "  --seq S                a sequence length instead of the default list (repeatable, up to 8; B = 16384 / S\n"
+    "                         rounded down, at least 1)\n"
     "  --peer FILE            peer times from scripts/bench_sdpa.py (lines: S D causal dtype fwd_us fwdbwd_us)\n" BENCH_COMMON_USAGE;
 
 typedef struct attn_opts {
@@ -34,6 +37,8 @@ typedef struct attn_opts {
   kiln_attention_algo algos[2];
   int n_algos; /* 0: all the device runs */
   const char *peer_path;
+  int64_t seq[8]; /* --seq lengths (n_seq of them), else the default list */
+  int n_seq;
   bench_common common;
 } attn_opts;
 
@@ -125,7 +130,7 @@ static const char *algo_label(kiln_attention_algo a) {
 
 static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtype dt, const peer_time *peers,
                     int n_peers, const kiln_attention_algo *algos, int n_algos) {
-  const int64_t B = 16384 / S, H = 2048 / D, count = B * H * S * D;
+  const int64_t B = S < 16384 ? 16384 / S : 1, H = 2048 / D, count = B * H * S * D;
   const size_t bytes = (size_t)count * bench_dtype_size(dt);
   CUdeviceptr buf[8] = {0}, lse = 0, ws = 0; /* q k v o dout dq dk dv */
   int rc = 0;
@@ -184,7 +189,7 @@ int bench_attention_main(int argc, char **argv) {
     if (!strcmp(a, "--dtype") && v && !strcmp(v, "all")) {
       o.dtypes[0] = BENCH_F16, o.dtypes[1] = BENCH_BF16, o.n_dtypes = 2;
     } else if (!strcmp(a, "--dtype") && v && !bench_dtype_parse(v, &o.dtypes[0]) &&
-               (o.dtypes[0] == BENCH_F16 || o.dtypes[0] == BENCH_BF16)) {
+               o.dtypes[0] != BENCH_I8) {
       o.n_dtypes = 1;
     } else if (!strcmp(a, "--causal") && v && (!strcmp(v, "0") || !strcmp(v, "1") || !strcmp(v, "all"))) {
       o.causal_lo = !strcmp(v, "1");
@@ -195,6 +200,8 @@ int bench_attention_main(int argc, char **argv) {
       o.algos[0] = !strcmp(v, "mma_sync") ? KILN_ATTENTION_FLASH_MMA_SYNC
                    : !strcmp(v, "wgmma")  ? KILN_ATTENTION_FLASH_WGMMA
                                           : KILN_ATTENTION_AUTO;
+    } else if (!strcmp(a, "--seq") && v && o.n_seq < 8 && atoll(v) >= 1 && atoll(v) <= (1 << 20)) {
+      o.seq[o.n_seq++] = atoll(v);
     } else if (!strcmp(a, "--peer") && v) {
       o.peer_path = v;
     } else {
@@ -213,8 +220,8 @@ int bench_attention_main(int argc, char **argv) {
     return 1;
   }
   static const int64_t full[] = {512, 1024, 2048, 4096, 8192, 16384}, quick[] = {2048, 8192};
-  const int64_t *ss = o.common.quick ? quick : full;
-  const int n_s = o.common.quick ? 2 : 6;
+  const int64_t *ss = o.n_seq ? o.seq : o.common.quick ? quick : full;
+  const int n_s = o.n_seq ? o.n_seq : o.common.quick ? 2 : 6;
   const kiln_attention_algo all[2] = {KILN_ATTENTION_FLASH_MMA_SYNC, KILN_ATTENTION_FLASH_WGMMA};
   const kiln_attention_algo *algos = o.n_algos ? o.algos : all;
   const int n_algos = o.n_algos ? o.n_algos : env.info.cc_major == 9 && env.info.cc_minor == 0 ? 2 : 1;
