@@ -79,6 +79,8 @@ static const command commands[] = {
      bench_int8_usage},
     {"qkv", "fused QKV projections (int4, int8) against cuBLAS f16 on the merged weight and 3 kiln calls",
      bench_qkv_main, bench_qkv_usage},
+    {"overhead", "host time per C call on tiny problems (validation + launch), against cublasGemmEx",
+     bench_overhead_main, bench_overhead_usage},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -29,6 +29,8 @@ int bench_int8_main(int argc, char **argv);
 extern const char bench_int8_usage[];
 int bench_qkv_main(int argc, char **argv);
 extern const char bench_qkv_usage[];
+int bench_overhead_main(int argc, char **argv);
+extern const char bench_overhead_usage[];
 
 /* ------------------------------------------------------------------------------------------ */
 /* Options every subcommand accepts                                                            */
