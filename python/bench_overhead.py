@@ -13,7 +13,10 @@ the final synchronize (what the host spends per call).
     KILN_LIBRARY=build/libkiln.so python3 python/bench_overhead.py [--n 2000] [--repeats 5] [--profile]
 
 --profile then runs each kiln call N times under cProfile and prints where the host time goes
-(the functions with the most time of their own), to choose what to trim.
+(the functions with the most time of their own), to choose what to trim. --breakdown times the
+pieces of one eager kiln.matmul call separately (without a profiler's distortion): the C call
+with prepared arguments, the DLTensor of one tensor, the placement lookup, the eager-path checks,
+the output allocation.
 
 Target (issue 9): eager overhead < 10 µs per call; the last line says how kiln's per-call time,
 and its excess over PyTorch's, compare with it.
@@ -62,6 +65,7 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=200, help="untimed calls first (default 200)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs; the median is reported (default 5)")
     parser.add_argument("--profile", action="store_true", help="then profile each kiln call (cProfile)")
+    parser.add_argument("--breakdown", action="store_true", help="then time the pieces of one kiln.matmul call")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() or kiln.device_count() == 0 or not kiln.build_has_kernels():
         print(f"needs a CUDA GPU visible to PyTorch and a libkiln with kernels ({kiln.library_path})")
@@ -102,6 +106,8 @@ def main(argv=None):
     print(f"matmul and attention: kiln per call at most {worst_total:.2f} µs (< {TARGET_US:.0f} µs: "
           f"{yes(worst_total < TARGET_US)}); kiln - torch at most {worst_diff:+.2f} µs (< {TARGET_US:.0f} µs: "
           f"{yes(worst_diff < TARGET_US)})")
+    if args.breakdown:
+        breakdown(a, b, args.n, args.warmup, args.repeats)
     if args.profile:
         import cProfile
         import pstats
@@ -116,6 +122,35 @@ def main(argv=None):
                 print(f"\n--- profile: {name}, {args.n} calls (tottime: the function's own time) ---")
                 pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(14)
     return 0
+
+def breakdown(a, b, n, warmup, repeats):
+    """µs per call of each piece of an eager kiln.matmul(a, b) (issue time, no synchronize)."""
+    from kiln import _dlpack, _lib, ops, torch_ops
+    c = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device)
+    ctx, s = _dlpack.placement(a)
+    keep = []
+    ta, tb = _dlpack.tensor(a, "a", s, keep), _dlpack.tensor(b, "b", s, keep)
+    tc = _dlpack.tensor(c, "c", s, keep, out=True)
+    opts = _lib.kiln_matmul_opts(0, 1.0, 0)
+    f = _lib.fn.matmul
+    pieces = [
+        ("kiln.matmul(a, b), the whole call", lambda: kiln.matmul(a, b)),
+        ("C kiln_matmul, prepared ctypes arguments", lambda: f(ctx, ta, tb, tc, opts, s)),
+        ("_dlpack.tensor (one DLTensor)", lambda: _dlpack.tensor(a, "a", s, keep)),
+        ("_dlpack.placement (context, stream)", lambda: _dlpack.placement(a)),
+        ("torch_ops._eager(a, b)", lambda: torch_ops._eager(a, b)),
+        ("kiln_matmul_opts(...) struct", lambda: _lib.kiln_matmul_opts(0, 1.0, 0)),
+        ("ops.matmul_shape", lambda: ops.matmul_shape("kiln.matmul", tuple(a.shape), tuple(b.shape))),
+        ("torch.empty((16, 16), device=a.device)", lambda: torch.empty((16, 16), dtype=a.dtype, device=a.device)),
+        ("a.new_empty((16, 16))", lambda: a.new_empty((16, 16))),
+        ("torch.matmul(a, b) (the peer)", lambda: torch.matmul(a, b)),
+    ]
+    print(f"\n--- breakdown of kiln.matmul on {tuple(a.shape)} x {tuple(b.shape)}: µs per call, issue time ---")
+    with torch.no_grad():
+        for name, fn in pieces:
+            issue, _ = measure(fn, n, warmup, repeats)
+            print(f"{name:48} {issue:8.2f}")
+
 
 if __name__ == "__main__":
     sys.exit(main())

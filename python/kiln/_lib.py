@@ -232,7 +232,8 @@ def _load():
 lib, path = _load()
 
 # ------------------------------------------------------------------------------------------------
-# Prototypes. Tensors are passed as byref(DLTensor) or None; the GIL is released during calls.
+# Prototypes. Tensors and option structs are passed as the ctypes objects themselves (ctypes
+# passes their addresses to the POINTER arguments) or None; the GIL is released during calls.
 # ------------------------------------------------------------------------------------------------
 _T = POINTER(DLTensor)
 _S = c_void_p  # CUstream

@@ -32,6 +32,8 @@ _ALGOS = {  # by name; plain dicts so that torch.compile traces the lookup
 
 def _algo(op, value):
     """An algo given as the enum, its int, or its name ('auto', 'wgmma', ...)."""
+    if value == "auto" or value == 0:  # every op's AUTO is 0; the common case first
+        return 0
     if isinstance(value, str):
         names = _ALGOS[op]
         if value.lower() not in names:
@@ -127,7 +129,7 @@ def _matmul_raw(a, b, c, alpha=1.0, algo=0, stream=None):
     opts = _lib.kiln_matmul_opts(algo, alpha, 0)
     _check(_F.matmul(ctx, _dlpack.tensor(a, "kiln.matmul: a", s, keep),
                      _dlpack.tensor(b, "kiln.matmul: b", s, keep),
-                     _dlpack.tensor(c, "kiln.matmul: out", s, keep, out=True), byref(opts), s))
+                     _dlpack.tensor(c, "kiln.matmul: out", s, keep, out=True), opts, s))
     return c
 
 
@@ -157,7 +159,7 @@ def _matmul_backward_raw(a, b, dc, da, db, alpha=1.0, algo=0, stream=None, alloc
     _check(_F.matmul_backward_workspace_size(ctx, ta, tb, tdc, tda, tdb, byref(nbytes)))
     ws, ptr = _workspace(op, a, nbytes.value, alloc_like)
     opts = _lib.kiln_matmul_opts(algo, alpha, 0)
-    _check(_F.matmul_backward(ctx, ta, tb, tdc, tda, tdb, ptr, nbytes.value, byref(opts), s))
+    _check(_F.matmul_backward(ctx, ta, tb, tdc, tda, tdb, ptr, nbytes.value, opts, s))
     return da, db
 
 
@@ -200,7 +202,7 @@ def _attention_raw(q, k, v, o, lse=None, scale=None, causal=False, algo=0, deter
     opts = _attention_opts(scale, causal, algo, deterministic)
     _check(_F.attention(ctx, _dlpack.tensor(q, f"{op}: q", s, keep), _dlpack.tensor(k, f"{op}: k", s, keep),
                         _dlpack.tensor(v, f"{op}: v", s, keep), _dlpack.tensor(o, f"{op}: out", s, keep, out=True),
-                        _dlpack.tensor(lse, f"{op}: lse", s, keep, out=True), byref(opts), s))
+                        _dlpack.tensor(lse, f"{op}: lse", s, keep, out=True), opts, s))
     return o, lse
 
 
@@ -234,9 +236,9 @@ def _attention_backward_raw(q, k, v, o, lse, do, dq, dk, dv, scale=None, causal=
     t += [_dlpack.tensor(x, f"{op}: {n}", s, keep, out=True) for x, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"))]
     opts = _attention_opts(scale, causal, algo, deterministic)
     nbytes = c_size_t()
-    _check(_F.attention_backward_workspace_size(ctx, *t, byref(opts), byref(nbytes)))
+    _check(_F.attention_backward_workspace_size(ctx, *t, opts, byref(nbytes)))
     ws, ptr = _workspace(op, q, nbytes.value, alloc_like)
-    _check(_F.attention_backward(ctx, *t, ptr, nbytes.value, byref(opts), s))
+    _check(_F.attention_backward(ctx, *t, ptr, nbytes.value, opts, s))
     return dq, dk, dv
 
 
@@ -270,11 +272,11 @@ def _matmul_int8_raw(a, b, c, scale=1.0, row_scale=None, col_scale=None, stream=
     rs = _dlpack.tensor(row_scale, f"{op}: row_scale", s, keep)
     cs = _dlpack.tensor(col_scale, f"{op}: col_scale", s, keep)
     if rs is not None:
-        opts.row_scale = ctypes.pointer(rs._obj)
+        opts.row_scale = ctypes.pointer(rs)
     if cs is not None:
-        opts.col_scale = ctypes.pointer(cs._obj)
+        opts.col_scale = ctypes.pointer(cs)
     _check(_F.matmul_int8(ctx, _dlpack.tensor(a, f"{op}: a", s, keep), _dlpack.tensor(b, f"{op}: b", s, keep),
-                          _dlpack.tensor(c, f"{op}: out", s, keep, out=True), byref(opts), s))
+                          _dlpack.tensor(c, f"{op}: out", s, keep, out=True), opts, s))
     return c
 
 
@@ -374,7 +376,7 @@ def _matmul_int4_raw(x, qw, y, algo=0, stream=None):
     tx, ty = _dlpack.tensor(xm, f"{op}: x", s, keep), _dlpack.tensor(ym, f"{op}: out", s, keep, out=True)
     opts = _lib.kiln_matmul_int4_opts(algo)
     ws = _w16_prefill_workspace(op, x, algo, 128, opts, _F.matmul_int4_workspace_size, ctx, tx, byref(qw), ty)  # noqa
-    _check(_F.matmul_int4(ctx, tx, byref(qw), ty, byref(opts), s))
+    _check(_F.matmul_int4(ctx, tx, byref(qw), ty, opts, s))
     return y
 
 
@@ -440,7 +442,7 @@ def _qkv_project_int4_raw(x, wq, wk, wv, q, k, v, algo=0, stream=None):
     opts = _lib.kiln_qkv_opts(algo)
     ws = _w16_prefill_workspace(op, x, algo, 256, opts, _F.qkv_project_int4_workspace_size,  # noqa: F841
                                  ctx, tx, byref(wq), byref(wk), byref(wv), *ty)
-    _check(_F.qkv_project_int4(ctx, tx, byref(wq), byref(wk), byref(wv), *ty, byref(opts), s))
+    _check(_F.qkv_project_int4(ctx, tx, byref(wq), byref(wk), byref(wv), *ty, opts, s))
     return q, k, v
 
 
@@ -473,7 +475,7 @@ def _qkv_project_int8_raw(x, wq, wk, wv, q_scale, k_scale, v_scale, q, k, v, alg
     opts = _lib.kiln_qkv_opts(algo)
     ws = _w16_prefill_workspace(op, x, algo, 256, opts, _F.qkv_project_int8_workspace_size,  # noqa: F841
                                  ctx, tx, *tw, *ts, *ty)
-    _check(_F.qkv_project_int8(ctx, tx, *tw, *ts, *ty, byref(opts), s))
+    _check(_F.qkv_project_int8(ctx, tx, *tw, *ts, *ty, opts, s))
     return q, k, v
 
 

@@ -155,7 +155,7 @@ def qweight_struct(op, codes, scales, zeros, perm=None, k=None, n=None, group=No
             ptrs.append(None)
             continue
         keep = []
-        d = _dlpack.tensor(t, f"{op}: {name}", None, keep)._obj
+        d = _dlpack.tensor(t, f"{op}: {name}", None, keep)
         shape = tuple(d.shape[i] for i in range(d.ndim))
         if shape != want[name]:
             raise _lib.invalid(f"{op}: {name} has shape {list(shape)}; expected {list(want[name])} "

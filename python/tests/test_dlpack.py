@@ -135,14 +135,14 @@ def test_dltensor_slots_describe_the_array_until_the_ring_wraps():
               np.zeros((2,) * 8, np.float32).transpose(7, 0, 1, 2, 3, 4, 5, 6), np.zeros((1,) * 9, np.float16)]
     refs = [_dlpack.tensor(a, "a") for a in arrays]
     for a, r in zip(arrays, refs):
-        assert _described(r._obj) == _expected(a)
+        assert _described(r) == _expected(a)
     # refs[0]'s slot was followed by 3 more (the rank-9 array took none): it holds for _SLOTS - 4
     # more, and the next one reuses it
     for _ in range(_dlpack._SLOTS - 4):
         _dlpack.tensor(arrays[1], "a")
-    assert _described(refs[0]._obj) == _expected(arrays[0])
+    assert _described(refs[0]) == _expected(arrays[0])
     _dlpack.tensor(arrays[1], "a")
-    assert _described(refs[0]._obj) == _expected(arrays[1])
+    assert _described(refs[0]) == _expected(arrays[1])
 
 
 def test_dltensor_slots_are_per_thread():
@@ -155,9 +155,9 @@ def test_dltensor_slots_are_per_thread():
     def other():
         for _ in range(2 * _dlpack._SLOTS):
             r = _dlpack.tensor(b, "b")
-        seen.append(_described(r._obj))
+        seen.append(_described(r))
 
     t = threading.Thread(target=other)
     t.start()
     t.join()
-    assert seen == [_expected(b)] and _described(ra._obj) == _expected(a)
+    assert seen == [_expected(b)] and _described(ra) == _expected(a)
