@@ -122,6 +122,20 @@ KILN_DEVICE bool visible(const kiln_attn_args &p, int row, int key, int shift) {
   return key < p.sk && (!p.causal || key <= row + shift);
 }
 
+/* The backward's two score products of a tile: s = rows of qa · rows of qb over D (Q·Kᵀ or its
+ * transpose), dp = rows of da · rows of db over Dv (dO·Vᵀ or its transpose). */
+template <int RR, int CC>
+KILN_DEVICE void score_pair(float (&s)[RR][CC], float (&dp)[RR][CC], const float *qa, const float *qb, int pd,
+                            const float *da, const float *db, int pv, const kiln_attn_args &p, int ty, int tx) {
+  zero(s), zero(dp);
+  tile_dot(s, qa, pd, qb, pd, p.d, ty, tx);
+  tile_dot(dp, da, pv, db, pv, p.dv_dim, ty, tx);
+}
+
+/* P of one score in the backward: exp2(s·sl2 − lse2) for a visible key, else 0 (lse2 is +inf for
+ * a row past Sq or without any visible key, which also gives 0). */
+KILN_DEVICE float prob(bool vis, float s, float sl2, const float &lse2) { return vis ? exp2f(s * sl2 - lse2) : 0.f; }
+
 /* Head dims of an accumulator row per thread: 128 / 16 columns at 32 rows, 256 / 16 at 16. */
 template <int ROWS>
 struct Tile {
@@ -228,15 +242,13 @@ __device__ __forceinline__ void dkdv(const kiln_attn_args &p) {
       __syncthreads();
       /* Sᵀ and dPᵀ: rows keys ty + 8 r, columns queries tx + 16 c */
       float s[T::RR][T::CC], dp[T::RR][T::CC];
-      zero(s), zero(dp);
-      tile_dot(s, sk, pd, sq, pd, p.d, ty, tx);
-      tile_dot(dp, sv, pv, sdo, pv, p.dv_dim, ty, tx);
+      score_pair(s, dp, sk, sq, pd, sv, sdo, pv, p, ty, tx);
 #pragma unroll
       for (int r = 0; r < T::RR; r++)
 #pragma unroll
         for (int c = 0; c < T::CC; c++) {
           const int i = tx + 16 * c, at = (ty + 8 * r) * T::SP + i;
-          const float pr = visible(p, q0 + i, k0 + ty + 8 * r, shift) ? exp2f(s[r][c] * sl2 - slse[i]) : 0.f;
+          const float pr = prob(visible(p, q0 + i, k0 + ty + 8 * r, shift), s[r][c], sl2, slse[i]);
           spt[at] = pr;
           sdst[at] = pr * (dp[r][c] - sdel[i]);
         }
@@ -282,14 +294,12 @@ __device__ __forceinline__ void dq(const kiln_attn_args &p) {
     load_tile<ROWS>(sv, pv, p.v, p.in_dtype, vb, p.v_ss, p.v_ds, k0, p.sk, p.dv_dim);
     __syncthreads();
     float s[T::RR][T::CC], dp[T::RR][T::CC];
-    zero(s), zero(dp);
-    tile_dot(s, sq, pd, sk, pd, p.d, ty, tx);
-    tile_dot(dp, sdo, pv, sv, pv, p.dv_dim, ty, tx);
+    score_pair(s, dp, sq, sk, pd, sdo, sv, pv, p, ty, tx);
 #pragma unroll
     for (int r = 0; r < T::RR; r++)
 #pragma unroll
       for (int c = 0; c < T::CC; c++) {
-        const float pr = visible(p, q0 + ty + 8 * r, k0 + tx + 16 * c, shift) ? exp2f(s[r][c] * sl2 - lse2[r]) : 0.f;
+        const float pr = prob(visible(p, q0 + ty + 8 * r, k0 + tx + 16 * c, shift), s[r][c], sl2, lse2[r]);
         sds[(ty + 8 * r) * T::SP + tx + 16 * c] = pr * (dp[r][c] - del[r]);
       }
     __syncthreads();

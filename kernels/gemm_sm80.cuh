@@ -145,9 +145,13 @@ struct TileLoader {
    * arithmetic, bounds test and source select, ~180 of the ~330 instructions a warp issued per
    * 128x256x64 slice (sm_90a SASS), all before the slice's first MMA. */
   static constexpr int STEP = THREADS / CHUNKS_PER_ROW;
+  static_assert(THREADS % CHUNKS_PER_ROW == 0, "a thread's chunks share a column");
+  /* This thread's first chunk in global memory (its chunk it: + it·STEP·ld). */
+  KILN_DEVICE const T *interior_src(int tid) const {
+    return g + (int64_t)(tid / CHUNKS_PER_ROW) * ld + tid % CHUNKS_PER_ROW * EPC;
+  }
   KILN_DEVICE void async_copy_interior(T *s, int tid) const {
-    static_assert(THREADS % CHUNKS_PER_ROW == 0, "a thread's chunks share a column");
-    const T *src = g + (int64_t)(tid / CHUNKS_PER_ROW) * ld + tid % CHUNKS_PER_ROW * EPC;
+    const T *src = interior_src(tid);
     const uint32_t dst = smem_u32(s + tid / CHUNKS_PER_ROW * PITCH + tid % CHUNKS_PER_ROW * EPC);
     const int64_t step = STEP * ld;
 #pragma unroll
@@ -182,7 +186,7 @@ struct TileLoader {
   template <bool VEC>
   KILN_DEVICE void load(Regs &regs, int tid) const {
     if (VEC && interior()) { /* as async_copy_interior: one pointer, a constant stride, no tests */
-      const T *src = g + (int64_t)(tid / CHUNKS_PER_ROW) * ld + tid % CHUNKS_PER_ROW * EPC;
+      const T *src = interior_src(tid);
       const int64_t step = STEP * ld;
 #pragma unroll
       for (int it = 0; it < ITERS; it++)
