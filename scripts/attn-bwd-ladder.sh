@@ -17,9 +17,7 @@ build() {
   ladder_wanted "$name" || return 0
   ladder_build "build-ladder/attn-$name" "$defs" --target kiln-bench
   dest=build-ladder/slim/attn-$name
-  rm -rf "$dest" && mkdir -p "$dest/tools"
-  cp -a "build-ladder/attn-$name"/libkiln.so* "$dest/"
-  cp "build-ladder/attn-$name/tools/kiln-bench" "$dest/tools/"
+  ladder_slim "build-ladder/attn-$name" "$dest"
   echo "built $dest ($defs): $(du -sh "$dest" | cut -f1)"
 }
 # b3 (default): dK/dV 128 query rows a step at D = 64, 64 at 128; dQ 128 keys a step at D = 64,

@@ -3,6 +3,8 @@
 #   ladder_wanted NAME            true when the script's arguments ($WANT) name NAME, or none
 #   ladder_build DIR DEFS [ARGS]  configures DIR with KILN_TUNE_DEFS=DEFS and builds it (ARGS go
 #                                 to cmake --build, e.g. --target kiln-bench)
+#   ladder_slim DIR DEST          copies DIR's libkiln and kiln-bench into DEST (~13 MB: several
+#                                 rungs fit the device tool's 64 MiB carry together)
 ladder_wanted() {
   [ -z "$WANT" ] && return 0
   case " $WANT " in *" $1 "*) return 0 ;; *) return 1 ;; esac
@@ -13,4 +15,9 @@ ladder_build() {
   shift 2
   cmake -S . -B "$dir" -DKILN_CUDA_ARCHS=90a -DKILN_PTX_ARCH= -DKILN_BUILD_TESTS=OFF "-DKILN_TUNE_DEFS=$defs" >/dev/null
   cmake --build "$dir" -j2 "$@" >/dev/null
+}
+ladder_slim() {
+  rm -rf "$2" && mkdir -p "$2/tools"
+  cp -a "$1"/libkiln.so* "$2/"
+  cp "$1/tools/kiln-bench" "$2/tools/"
 }

@@ -29,37 +29,31 @@ static bool aligned16(const void *p, int64_t bs, int64_t hs, int64_t ss) {
  * UNSUPPORTED with (when `report`) a message for the explicit algo `algo` that asked for them. */
 static kiln_status check_tensor_cores(const char *op, const kiln_attn_args *a, const char *algo, bool report) {
   const char *fix = "KILN_ATTENTION_FLASH and _AUTO run it on the CUDA-core kernels";
+#define MISFIT(...) (report ? kiln_fail(KILN_ERROR_UNSUPPORTED, __VA_ARGS__) : KILN_ERROR_UNSUPPORTED)
   if (a->in_dtype == KILN_DT_F32)
-    return !report ? KILN_ERROR_UNSUPPORTED
-                   : kiln_fail(KILN_ERROR_UNSUPPORTED,
-                               "%s: algo %s: q, k and v are float32, but the tensor-core kernels take float16 and "
-                               "bfloat16; %s (f32 arithmetic)",
-                               op, algo, fix);
+    return MISFIT("%s: algo %s: q, k and v are float32, but the tensor-core kernels take float16 and "
+                  "bfloat16; %s (f32 arithmetic)",
+                  op, algo, fix);
   if (a->d != a->dv_dim || a->d % 8 != 0)
-    return !report ? KILN_ERROR_UNSUPPORTED
-                   : kiln_fail(KILN_ERROR_UNSUPPORTED,
-                               "%s: algo %s: the tensor-core kernels need D == Dv and D a multiple of 8, but D is %d "
-                               "and Dv is %d; %s, or pad the head dimension with zeros",
-                               op, algo, a->d, a->dv_dim, fix);
+    return MISFIT("%s: algo %s: the tensor-core kernels need D == Dv and D a multiple of 8, but D is %d "
+                  "and Dv is %d; %s, or pad the head dimension with zeros",
+                  op, algo, a->d, a->dv_dim, fix);
   if (a->q_ds != 1 || a->k_ds != 1 || a->v_ds != 1 || a->o_ds != 1)
-    return !report ? KILN_ERROR_UNSUPPORTED
-                   : kiln_fail(KILN_ERROR_UNSUPPORTED,
-                               "%s: algo %s: the tensor-core kernels need a contiguous head dimension (stride 1) in "
-                               "q, k, v and o, but their strides there are %" PRId64 ", %" PRId64 ", %" PRId64
-                               " and %" PRId64 "; %s, or pass views whose last dimension is contiguous",
-                               op, algo, a->q_ds, a->k_ds, a->v_ds, a->o_ds, fix);
+    return MISFIT("%s: algo %s: the tensor-core kernels need a contiguous head dimension (stride 1) in "
+                  "q, k, v and o, but their strides there are %" PRId64 ", %" PRId64 ", %" PRId64
+                  " and %" PRId64 "; %s, or pass views whose last dimension is contiguous",
+                  op, algo, a->q_ds, a->k_ds, a->v_ds, a->o_ds, fix);
   if (!aligned16(a->q, a->q_bs, a->q_hs, a->q_ss) || !aligned16(a->k, a->k_bs, a->k_hs, a->k_ss) ||
       !aligned16(a->v, a->v_bs, a->v_hs, a->v_ss))
-    return !report ? KILN_ERROR_UNSUPPORTED
-                   : kiln_fail(KILN_ERROR_UNSUPPORTED,
-                               "%s: algo %s: the tensor-core kernels copy 16-byte chunks, so q, k and v need 16-byte "
-                               "aligned data and batch, head and sequence strides that are multiples of 8 elements; "
-                               "q has strides [%" PRId64 ", %" PRId64 ", %" PRId64 "], k [%" PRId64 ", %" PRId64
-                               ", %" PRId64 "], v [%" PRId64 ", %" PRId64 ", %" PRId64 "]; %s, or use compact "
-                               "tensors",
-                               op, algo, a->q_bs, a->q_hs, a->q_ss, a->k_bs, a->k_hs, a->k_ss, a->v_bs, a->v_hs,
-                               a->v_ss, fix);
+    return MISFIT("%s: algo %s: the tensor-core kernels copy 16-byte chunks, so q, k and v need 16-byte "
+                  "aligned data and batch, head and sequence strides that are multiples of 8 elements; "
+                  "q has strides [%" PRId64 ", %" PRId64 ", %" PRId64 "], k [%" PRId64 ", %" PRId64
+                  ", %" PRId64 "], v [%" PRId64 ", %" PRId64 ", %" PRId64 "]; %s, or use compact "
+                  "tensors",
+                  op, algo, a->q_bs, a->q_hs, a->q_ss, a->k_bs, a->k_hs, a->k_ss, a->v_bs, a->v_hs,
+                  a->v_ss, fix);
   return KILN_OK;
+#undef MISFIT
 }
 
 /* Every GPU kernel's grid has the query heads in y and the batch in z. */
