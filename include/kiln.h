@@ -523,8 +523,15 @@ KILN_API kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x,
  * it. Outputs must not overlap the inputs, each other or themselves (byte spans are compared, so
  * pass separate buffers). GPU: fp32 accumulation; CPU: double, rounded once to the output. */
 typedef enum kiln_attention_algo {
-  KILN_ATTENTION_AUTO = 0,  /* the CPU path on a CPU context; FLASH on a GPU */
-  KILN_ATTENTION_SMEM = 1,  /* whole score rows in shared memory, short Sk: no GPU kernel yet */
+  KILN_ATTENTION_AUTO = 0,  /* the CPU path on a CPU context; on a GPU FLASH, or SMEM where the
+                             * short-sequence kernel measured faster (sm_90: D <= 64 with
+                             * Sk <= 1024, or causal Sk <= 2048; D <= 128 causal with Sk <= 512) */
+  KILN_ATTENTION_SMEM = 1,  /* the short-sequence kernel: sm_90a, wgmma + TMA, 64 query rows per
+                             * block and two blocks per SM, so that one block's loads overlap the
+                             * other's MMAs when a query tile has few key blocks; any Sk; same
+                             * conditions as FLASH_WGMMA (UNSUPPORTED otherwise); its backward
+                             * is FLASH_WGMMA's. Not the reference's score-row kernel: scores
+                             * stay in registers, one key block at a time */
   KILN_ATTENTION_FLASH = 2, /* online softmax over key blocks, O(S) memory, any length: the
                              * fastest FLASH kernel for the device and problem. Tensor cores
                              * (on sm_90 WGMMA where it applies, else MMA_SYNC) for f16/bf16

@@ -23,6 +23,13 @@
  *                 so that one's softmax runs while the other's MMAs do.
  * setmaxnreg gives the consumers 232 registers (S: 64, O: up to 64 fp32 per thread).
  *
+ * The short-sequence configuration (algo SMEM, kiln_abi.h's SH_* sizes) is the same code with one
+ * consumer warpgroup (BM = 64, no ping-pong) and a smaller ring, so that two blocks fit on an SM.
+ * Why: with one or two key blocks per query tile, the FLASH block spends most of its life loading
+ * Q, K and V and storing O with its MMAs idle, and one block per SM leaves nothing to fill that
+ * time; two independent blocks overlap one's loads and epilogue with the other's MMAs, the role
+ * ping-pong plays for long rows.
+ *
  * Layouts: every TMA box is 64 elements (128 bytes, the swizzle width) of D by BM or BN rows,
  * 128-byte swizzled; D = 128 is two such chunks side by side. K-major descriptors step 32 bytes
  * inside the row per k16 step (then to the next chunk); V's n-major descriptor steps 16 key rows
@@ -38,15 +45,20 @@
 namespace kiln {
 namespace attn {
 
-template <bool BF16, int DP>
+/* NC consumer warpgroups of 64 query rows (BM = 64·NC), key blocks of BN, a ring of STAGES slots,
+ * shared memory SMEM_BYTES: the FLASH configuration (NC = 2, ping-pong) and the short-sequence one
+ * (NC = 1, two blocks per SM; see kiln_abi.h). */
+template <bool BF16, int DP, int NC, int BN, int STAGES, size_t SMEM_BYTES>
 __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUtensorMap *map_q, const CUtensorMap *map_k,
                                              const CUtensorMap *map_v) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  constexpr int BM = KILN_ATTN_WG_BM, BN = KILN_ATTN_WG_BN, STAGES = KILN_ATTN_WG_STAGES(DP);
+  constexpr int BM = 64 * NC;
   constexpr int Q_BYTES = BM * DP * 2, KV_BYTES = BN * DP * 2;
+  constexpr bool PINGPONG = KILN_ATTN_PINGPONG && NC == 2;
   static_assert(DP == 64 || DP == 128, "wgmma tiles for head dims padded to 64 or 128");
-  static_assert(KILN_ATTN_WG_SMEM_BYTES(DP) >= Q_BYTES + STAGES * 2 * KV_BYTES + 1024 + (1 + 3 * STAGES) * 8,
+  static_assert(NC == 1 || NC == 2, "one or two consumer warpgroups");
+  static_assert(SMEM_BYTES >= Q_BYTES + STAGES * 2 * KV_BYTES + 1024 + (1 + 3 * STAGES) * 8,
                 "smem budget");
   extern __shared__ uint8_t smem_raw[];
   uint8_t *sq = smem_base(smem_raw), *ring = sq + Q_BYTES; /* slot s: K, then V */
@@ -58,15 +70,15 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
   const int q0 = tile * BM, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv);
   const int shift = p.sk - p.sq; /* query i sees keys j <= i + shift */
   const int nblocks = key_blocks(p, shift, q0, BM, BN);
-  init_barriers<STAGES>(q_full);
+  init_barriers<STAGES, NC>(q_full);
 
   if (wg == 0) { /* producer */
-    producer_registers();
+    producer_registers<NC == 2 ? 40 : 24>();
     if (t == 0)
       produce<DP, BM, BN, STAGES, 1>(sq, map_q, map_q, q0, h, b, q_full, ring, map_k, map_v, k_full, v_full, empty,
                                      nblocks, [&](int blk, int &row, int &head) { row = blk * BN, head = hk; });
   } else { /* consumers */
-    consumer_registers();
+    consumer_registers<232>();
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
     float o[DP / 2], sc[BN / 2];
     auto &o4 = *reinterpret_cast<float(*)[DP / 8][4]>(o);
@@ -117,12 +129,12 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
      * while the other's MMAs hold the tensor cores instead of both issuing at once. Each takes
      * nblocks + 1 turns; warpgroup 1 skips its last hand-over, which nobody waits for. */
     auto my_turn = [&]() {
-      if (KILN_ATTN_PINGPONG) named_sync(2 + cw, 256);
+      if (PINGPONG) named_sync(2 + cw, 256);
     };
     auto your_turn = [&](bool last) {
-      if (KILN_ATTN_PINGPONG && !(last && cw == 1)) named_arrive(2 + (cw ^ 1), 256);
+      if (PINGPONG && !(last && cw == 1)) named_arrive(2 + (cw ^ 1), 256);
     };
-    if (KILN_ATTN_PINGPONG && cw == 1 && nblocks > 0) named_arrive(2, 256);
+    if (PINGPONG && cw == 1 && nblocks > 0) named_arrive(2, 256);
     mbar_wait(q_full, 0);
     /* Intra-warpgroup overlap (FlashAttention-3): Q·K(j)ᵀ and P(j-1)·V(j-1) are issued together and
      * the softmax of S(j) runs while the tensor cores still work on P·V; O is rescaled once that
@@ -169,13 +181,26 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 } /* namespace attn */
 } /* namespace kiln */
 
+/* FLASH: 3 warpgroups, one block per SM; SMEM (short sequences): 2 warpgroups, two blocks per SM. */
 #define KILN_ATTN_WG_ENTRY(name, bf16, dp)                                                                   \
   extern "C" __global__ void __launch_bounds__(KILN_ATTN_WG_THREADS, 1)                                       \
       name(const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                              \
            const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v) {            \
-    kiln::attn::forward_sm90<bf16, dp>(args, &map_q, &map_k, &map_v);                                         \
+    kiln::attn::forward_sm90<bf16, dp, 2, KILN_ATTN_WG_BN, KILN_ATTN_WG_STAGES(dp), KILN_ATTN_WG_SMEM_BYTES(dp)>( \
+        args, &map_q, &map_k, &map_v);                                                                        \
+  }
+#define KILN_ATTN_SH_ENTRY(name, bf16, dp)                                                                   \
+  extern "C" __global__ void __launch_bounds__(KILN_ATTN_SH_THREADS, 2)                                       \
+      name(const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                              \
+           const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v) {            \
+    kiln::attn::forward_sm90<bf16, dp, 1, KILN_ATTN_SH_BN(dp), KILN_ATTN_SH_STAGES(dp),                       \
+                             KILN_ATTN_SH_SMEM_BYTES(dp)>(args, &map_q, &map_k, &map_v);                      \
   }
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_f16_d64, false, 64)
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_f16_d128, false, 128)
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_bf16_d64, true, 64)
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_bf16_d128, true, 128)
+KILN_ATTN_SH_ENTRY(kiln_attn_fwd_short_f16_d64, false, 64)
+KILN_ATTN_SH_ENTRY(kiln_attn_fwd_short_f16_d128, false, 128)
+KILN_ATTN_SH_ENTRY(kiln_attn_fwd_short_bf16_d64, true, 64)
+KILN_ATTN_SH_ENTRY(kiln_attn_fwd_short_bf16_d128, true, 128)

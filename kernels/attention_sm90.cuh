@@ -103,15 +103,16 @@ KILN_DEVICE void score_products(float (&c0)[N / 2], float (&c1)[N / 2], const ui
   wgmma_commit();
 }
 
-/* Barrier setup by thread 0: fixed_full, then full0, full1 and empty (2 consumers) per slot. */
-template <int STAGES>
+/* Barrier setup by thread 0: fixed_full, then full0, full1 and empty (CONSUMERS arrivals) per
+ * slot. */
+template <int STAGES, int CONSUMERS = 2>
 KILN_DEVICE void init_barriers(uint64_t *bars) {
   if (threadIdx.x == 0) {
     sm90::mbar_init(bars, 1);
     for (int s = 0; s < STAGES; s++) {
       sm90::mbar_init(&bars[1 + s], 1);
       sm90::mbar_init(&bars[1 + STAGES + s], 1);
-      sm90::mbar_init(&bars[1 + 2 * STAGES + s], 2);
+      sm90::mbar_init(&bars[1 + 2 * STAGES + s], CONSUMERS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }

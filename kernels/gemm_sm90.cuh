@@ -146,10 +146,17 @@ KILN_DEVICE uint64_t smem_desc(const void *p, uint32_t lbo, uint32_t sbo) {
   return (uint64_t)((smem_u32(p) & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 |
          1ull << 62;
 }
-/* The warp-specialized kernels' register split (3 warpgroups): the producer gives registers back,
- * the consumers take them (40 + 2 x 232 <= 512 per thread slot of the SM's 64K). */
-KILN_DEVICE void producer_registers() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n"); }
-KILN_DEVICE void consumer_registers() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n"); }
+/* The warp-specialized kernels' register split: the producer gives registers back, the consumers
+ * take them. 3 warpgroups, one block per SM: 40 + 2 x 232 <= 512 per thread slot of the SM's 64K;
+ * 2 warpgroups, two blocks per SM (attention's short-sequence kernel): 24 + 232 <= 2 x 128. */
+template <int R = 40>
+KILN_DEVICE void producer_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R = 232>
+KILN_DEVICE void consumer_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
 KILN_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 KILN_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>

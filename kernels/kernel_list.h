@@ -46,6 +46,9 @@
 #define KILN_ATTN_WG_KERNELS_FOR(X, dt)                                                          \
   X(KILN_K_ATTN_FWD_WG_##dt##_D64, "kiln_attn_fwd_wgmma_" #dt "_d64", "attention_sm90")         \
   X(KILN_K_ATTN_FWD_WG_##dt##_D128, "kiln_attn_fwd_wgmma_" #dt "_d128", "attention_sm90")
+#define KILN_ATTN_SH_KERNELS_FOR(X, dt)                                                          \
+  X(KILN_K_ATTN_FWD_SH_##dt##_D64, "kiln_attn_fwd_short_" #dt "_d64", "attention_sm90")         \
+  X(KILN_K_ATTN_FWD_SH_##dt##_D128, "kiln_attn_fwd_short_" #dt "_d128", "attention_sm90")
 
 /* Attention backward (FLASH, sm_80+): the delta kernel, then dK/dV and dQ per dtype and DP. */
 /* The CUDA-core attention kernels (any dtype and layout): each role at 32 rows, then at 16
@@ -96,6 +99,8 @@
   KILN_ATTN_KERNELS_FOR(X, bf16)                                 \
   KILN_ATTN_WG_KERNELS_FOR(X, f16)                               \
   KILN_ATTN_WG_KERNELS_FOR(X, bf16)                              \
+  KILN_ATTN_SH_KERNELS_FOR(X, f16)                               \
+  KILN_ATTN_SH_KERNELS_FOR(X, bf16)                              \
   X(KILN_K_ATTN_BWD_DELTA, "kiln_attn_bwd_delta", "attention_bwd_sm80") \
   KILN_ATTN_SIMT_KERNELS(X)                                      \
   KILN_ATTN_BWD_KERNELS_FOR(X, f16)                              \

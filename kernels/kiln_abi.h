@@ -209,6 +209,20 @@ typedef struct kiln_attn_args {
   ((KILN_ATTN_WG_BM + 2 * KILN_ATTN_WG_STAGES(dp) * KILN_ATTN_WG_BN) * (dp) * 2 + 1024 +              \
    (1 + 3 * KILN_ATTN_WG_STAGES(dp)) * 8)
 
+/* The sm_90a short-sequence forward (algo SMEM; the same kernel as the FLASH forward, configured
+ * for a few key blocks per query tile): 2 warpgroups (a TMA producer, one consumer of SH_BM = 64
+ * query rows) and at most 113 KB of shared memory, so that two blocks share an SM and one's loads
+ * and epilogue overlap the other's MMAs. Key blocks of SH_BN(dp) rows in a ring of SH_STAGES(dp):
+ * 3 x 128 keys for D = 64 (105 KB), 2 x 64 for D = 128 (81 KB; 3 x 64 would pass the SM's 228 KB
+ * for two blocks by 160 bytes). */
+#define KILN_ATTN_SH_BM 64
+#define KILN_ATTN_SH_BN(dp) ((dp) <= 64 ? 128 : 64)
+#define KILN_ATTN_SH_THREADS 256
+#define KILN_ATTN_SH_STAGES(dp) ((dp) <= 64 ? 3 : 2)
+#define KILN_ATTN_SH_SMEM_BYTES(dp)                                                                   \
+  ((KILN_ATTN_SH_BM + 2 * KILN_ATTN_SH_STAGES(dp) * KILN_ATTN_SH_BN(dp)) * (dp) * 2 + 1024 +          \
+   (1 + 3 * KILN_ATTN_SH_STAGES(dp)) * 8)
+
 /* The sm_90a FLASH backward (kernels/attention_bwd_sm90.cu), head dims padded to 64 or 128, the
  * forward's 3 warpgroups; shared memory: two fixed tiles, a ring of WG_BWD_STAGES slots of two
  * tiles, 1 KB of alignment slack, the mbarriers (and for dK/dV the staged LSE and delta).

@@ -139,6 +139,7 @@ static const char *algo_name(kiln_attention_algo a) {
   return a == KILN_ATTENTION_FLASH_MMA_SYNC ? "FLASH_MMA_SYNC"
          : a == KILN_ATTENTION_FLASH_WGMMA  ? "FLASH_WGMMA"
          : a == KILN_ATTENTION_FLASH        ? "FLASH"
+         : a == KILN_ATTENTION_SMEM         ? "SMEM"
                                             : "AUTO";
 }
 
@@ -197,12 +198,13 @@ static int run_case_algo(const acase *c, kiln_attention_algo algo) {
   return ok;
 }
 
-/* Every case through each FLASH kernel: the mma.sync one, and on sm_90 the WGMMA one where it
- * applies (D <= 128); AUTO (the WGMMA kernel there, else mma.sync) is checked to pick it by
- * `deterministic`. */
+/* Every case through each tensor-core kernel: the mma.sync one, and on sm_90 the two WGMMA
+ * configurations where they apply (D <= 128): FLASH_WGMMA and SMEM's short-sequence one. AUTO's
+ * picks are checked by `deterministic`. */
 static int run_case(const acase *c) {
   int failures = !run_case_algo(c, KILN_ATTENTION_FLASH_MMA_SYNC);
-  if (g_wgmma && c->D <= 128) failures += !run_case_algo(c, KILN_ATTENTION_FLASH_WGMMA);
+  if (g_wgmma && c->D <= 128)
+    failures += !run_case_algo(c, KILN_ATTENTION_FLASH_WGMMA) + !run_case_algo(c, KILN_ATTENTION_SMEM);
   return failures;
 }
 
@@ -280,43 +282,48 @@ static void fully_masked_rows(void **state) {
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
 }
 
-/* The same call twice gives the same bits; on sm_90, AUTO's bits are FLASH_WGMMA's (it picks the
- * WGMMA kernel) and FLASH's too, elsewhere FLASH_MMA_SYNC's. */
+/* The same call gives the same bits every time, and an algo gives the bits of the kernel it
+ * picks: on sm_90, AUTO runs SMEM's short-sequence kernel at D = 64 up to Sk = 1024 and FLASH's
+ * (FLASH_WGMMA) beyond, at D = 128 (not causal) FLASH's; elsewhere AUTO, FLASH and FLASH_MMA_SYNC
+ * run one kernel. */
 static void deterministic(void **state) {
   (void)state;
   test_seed(15);
-  t4 q, k, v, o;
-  t4_init(&q, 1, 4, 300, 128, TEST_F16, 0);
-  t4_init(&k, 1, 2, 300, 128, TEST_F16, 0);
-  t4_init(&v, 1, 2, 300, 128, TEST_F16, 0);
-  t4_init(&o, 1, 4, 300, 128, TEST_F16, 0);
-  t4_random(&q), t4_random(&k), t4_random(&v);
-  const size_t bytes = (size_t)o.n * 2;
-  void *first = malloc(bytes);
-  assert_non_null(first);
-  for (int run = 0; run < 2; run++) {
-    assert_kiln_ok(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, NULL, g_stream));
-    t4_copy(&o, 0);
-    if (run == 0) memcpy(first, o.host, bytes);
+  const int64_t dims[3] = {64, 64, 128}, sks[3] = {1000, 1100, 300};
+  for (int c = 0; c < 3; c++) {
+    const int64_t sk = sks[c], d = dims[c];
+    t4 q, k, v, o;
+    t4_init(&q, 1, 4, 300, d, TEST_F16, 0);
+    t4_init(&k, 1, 2, sk, d, TEST_F16, 0);
+    t4_init(&v, 1, 2, sk, d, TEST_F16, 0);
+    t4_init(&o, 1, 4, 300, d, TEST_F16, 0);
+    t4_random(&q), t4_random(&k), t4_random(&v);
+    const size_t bytes = (size_t)o.n * 2;
+    void *first = malloc(bytes);
+    assert_non_null(first);
+    const int short_kernel = d == 64 && sk <= 1024;
+    const kiln_attention_algo same[4] = {
+        KILN_ATTENTION_AUTO, KILN_ATTENTION_AUTO,
+        !g_wgmma ? KILN_ATTENTION_FLASH_MMA_SYNC : short_kernel ? KILN_ATTENTION_SMEM : KILN_ATTENTION_FLASH_WGMMA,
+        g_wgmma && short_kernel ? KILN_ATTENTION_SMEM : KILN_ATTENTION_FLASH};
+    kiln_attention_opts opts = kiln_attention_opts_default();
+    for (int i = 0; i < 4; i++) {
+      opts.algo = same[i];
+      test_poison(o.host, o.dt, o.n);
+      t4_copy(&o, 1);
+      assert_kiln_ok(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream));
+      t4_copy(&o, 0);
+      if (i == 0)
+        memcpy(first, o.host, bytes);
+      else
+        assert_memory_equal(first, o.host, bytes);
+    }
+    free(first);
+    t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o);
   }
-  assert_memory_equal(first, o.host, bytes);
-  kiln_attention_opts opts = kiln_attention_opts_default();
-  const kiln_attention_algo same[2] = {KILN_ATTENTION_FLASH,
-                                       g_wgmma ? KILN_ATTENTION_FLASH_WGMMA : KILN_ATTENTION_FLASH_MMA_SYNC};
-  for (int i = 0; i < 2; i++) {
-    opts.algo = same[i];
-    test_poison(o.host, o.dt, o.n);
-    t4_copy(&o, 1);
-    assert_kiln_ok(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream));
-    t4_copy(&o, 0);
-    assert_memory_equal(first, o.host, bytes);
-  }
-  free(first);
-  t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o);
 }
 
-/* What an explicit algo's kernels cannot run (and SMEM, which has no GPU kernel yet) is refused
- * with UNSUPPORTED and says why and what runs it instead. */
+/* What an explicit algo's kernels cannot run is refused with UNSUPPORTED and says why and what runs it instead. */
 static void refusals(void **state) {
   (void)state;
   t4 q, k, v, o, q32, k32, v32;
@@ -325,9 +332,12 @@ static void refusals(void **state) {
   t4_init(&v, 1, 1, 16, 40, TEST_F16, 0);
   t4_init(&o, 1, 1, 16, 40, TEST_F16, 0);
   kiln_attention_opts opts = kiln_attention_opts_default();
+  /* SMEM: the sm_90a short-sequence kernel (tensor cores, TMA) */
   opts.algo = KILN_ATTENTION_SMEM;
-  assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream), KILN_ERROR_UNSUPPORTED,
-                    "kiln_attention: algo SMEM has no GPU kernel yet");
+  if (!g_wgmma)
+    assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream), KILN_ERROR_UNSUPPORTED,
+                      "kiln_attention: algo SMEM cannot run this problem: it needs an sm_90 GPU",
+                      "use KILN_ATTENTION_AUTO or _FLASH");
   /* FLASH_WGMMA: sm_90 only; there, head dims up to 128 and no stride-0 repeats of rows */
   opts.algo = KILN_ATTENTION_FLASH_WGMMA;
   if (!g_wgmma) {
@@ -381,6 +391,9 @@ static void refusals(void **state) {
   opts.algo = KILN_ATTENTION_FLASH_WGMMA;
   assert_kiln_fails(kiln_attention(g_ctx, &q32.t, &k32.t, &v32.t, &o32.t, NULL, &opts, g_stream),
                     KILN_ERROR_UNSUPPORTED, "algo FLASH_WGMMA: q, k and v are float32");
+  opts.algo = KILN_ATTENTION_SMEM;
+  assert_kiln_fails(kiln_attention(g_ctx, &q32.t, &k32.t, &v32.t, &o32.t, NULL, &opts, g_stream),
+                    KILN_ERROR_UNSUPPORTED, "algo SMEM: q, k and v are float32");
   t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&q32), t4_free(&k32), t4_free(&v32), t4_free(&o32);
 }
 

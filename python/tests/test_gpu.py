@@ -105,6 +105,20 @@ def test_attention_against_sdpa(dtype, causal, hq, hkv, s, d):
         assert rel(mine, theirs) <= (1e-4 if dtype == torch.float32 else 1e-2)
 
 
+def test_attention_smem():
+    """algo 'smem', the sm_90a short-sequence kernel: AUTO's pick at D = 64 and short Sk (same
+    bits), causal too; refused with the reason where it cannot run."""
+    q, k, v = (torch.randn(2, 4, 200, 64, device=DEV, dtype=torch.float16) for _ in range(3))
+    if CC != (9, 0):
+        with pytest.raises(kiln.KilnError, match="algo SMEM cannot run this problem"):
+            kiln.attention(q, k, v, algo="smem")
+        return
+    for causal in (False, True):
+        assert torch.equal(kiln.attention(q, k, v, causal=causal, algo="smem"), kiln.attention(q, k, v, causal=causal))
+    with pytest.raises(kiln.KilnError, match="algo SMEM: q, k and v are float32"):
+        kiln.attention(q.float(), k.float(), v.float(), algo="smem")
+
+
 # ------------------------------------------------------------------------------------------------
 # opcheck
 # ------------------------------------------------------------------------------------------------

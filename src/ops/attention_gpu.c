@@ -14,8 +14,10 @@
  * pointers and every stride multiples of 8 elements); their backward reads dO of another dtype or
  * layout through a compact copy in the workspace, and writes dQ, dK, dV of any strides and float
  * dtype. FLASH and AUTO take the sm_90a kernels where they fit, else the sm_80 ones, else the
- * CUDA-core ones; FLASH_WGMMA and FLASH_MMA_SYNC run their own family or say why not. The SMEM
- * algorithm has no GPU kernel yet: it is refused with UNSUPPORTED and a message saying so.
+ * CUDA-core ones; FLASH_WGMMA and FLASH_MMA_SYNC run their own family or say why not. SMEM runs
+ * the sm_90a forward's short-sequence configuration (one consumer warpgroup of 64 query rows, two
+ * blocks per SM) or says why not; AUTO takes it where it measured faster (short_wins). The
+ * backward has one configuration per family: SMEM's is FLASH_WGMMA's.
  */
 #include <inttypes.h>
 
@@ -134,8 +136,8 @@ static kiln_status attn_map(const kiln_context *ctx, const char *op, const char 
 /* One WGMMA kernel: its TMA maps (q, k, v, and dO for the backward, as the kernels read it: the
  * caller's or the workspace copy), boxes of q_rows rows for q and dO and kv_rows for k and v. */
 static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const kiln_attn_args *a, kiln_kernel_id kernel,
-                                unsigned gx, unsigned gy, unsigned smem, uint32_t q_rows, uint32_t kv_rows,
-                                bool with_do, CUstream stream) {
+                                unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
+                                uint32_t q_rows, uint32_t kv_rows, bool with_do, CUstream stream) {
   kiln_tensor_map maps[4];
   const int64_t qs[3] = {a->q_ss, a->q_hs, a->q_bs}, ks[3] = {a->k_ss, a->k_hs, a->k_bs},
                 vs[3] = {a->v_ss, a->v_hs, a->v_bs}, ds[3] = {a->do_ss, a->do_hs, a->do_bs};
@@ -147,35 +149,51 @@ static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const k
     return st;
   kiln_attn_args args = *a;
   void *params[] = {&args, &maps[0], &maps[1], &maps[2], &maps[3]};
-  return kiln_launch(ctx, kernel, gx, gy, (unsigned)a->batch, KILN_ATTN_WG_THREADS, smem, stream, params, op);
+  return kiln_launch(ctx, kernel, gx, gy, gz, threads, smem, stream, params, op);
 }
 
-/* The kernel family that runs a problem. */
-typedef enum family { FAMILY_WGMMA, FAMILY_MMA_SYNC, FAMILY_SIMT } family;
+/* The kernel family that runs a problem; WGMMA_SHORT is the sm_90a forward's short-sequence
+ * configuration (algo SMEM), whose backward is WGMMA's. */
+typedef enum family { FAMILY_WGMMA, FAMILY_WGMMA_SHORT, FAMILY_MMA_SYNC, FAMILY_SIMT } family;
+
+/* AUTO's choice between the sm_90a forward's two configurations, from same-call H200
+ * measurements (docs/performance.md, "Short sequences"): at D = 64 the short-sequence one (two
+ * blocks per SM) ran 4-20 % faster up to Sk = 1024 and 6-7 % faster causal at 2048 (even at
+ * 8192 causal, slower not causal); at D = 128 its ring is smaller (2 x 64 keys against
+ * 3 x 128) and it won only causal, up to Sk = 512. */
+static bool short_wins(const kiln_attn_args *a) {
+  if (padded_dim(a->d) == 64) return a->sk <= 1024 || (a->causal && a->sk <= 2048);
+  return a->causal && a->sk <= 512;
+}
 
 /* FLASH and AUTO: WGMMA where it fits, else MMA_SYNC where the tensor cores can take the problem,
- * else the CUDA-core kernels; the explicit FLASH_WGMMA and FLASH_MMA_SYNC run their family or say
- * why not. SMEM has no GPU kernel yet. */
+ * else the CUDA-core kernels (AUTO: WGMMA_SHORT for short keys); the explicit FLASH_WGMMA,
+ * FLASH_MMA_SYNC and SMEM run their kernels or say why not. */
 static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo, family *f) {
-  if (algo == KILN_ATTENTION_SMEM)
-    return kiln_fail(KILN_ERROR_UNSUPPORTED, "%s: algo SMEM has no GPU kernel yet; use KILN_ATTENTION_AUTO or _FLASH",
-                     op);
   kiln_status st = check_grid(op, a);
   if (st) return st;
-  const bool named = algo == KILN_ATTENTION_FLASH_MMA_SYNC || algo == KILN_ATTENTION_FLASH_WGMMA;
-  if ((st = check_tensor_cores(op, a, algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "FLASH_MMA_SYNC" : "FLASH_WGMMA",
-                               named))) {
+  const bool wgmma = algo == KILN_ATTENTION_FLASH_WGMMA || algo == KILN_ATTENTION_SMEM;
+  const bool named = algo == KILN_ATTENTION_FLASH_MMA_SYNC || wgmma;
+  const char *name = algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "FLASH_MMA_SYNC"
+                     : algo == KILN_ATTENTION_SMEM         ? "SMEM"
+                                                           : "FLASH_WGMMA";
+  if ((st = check_tensor_cores(op, a, name, named))) {
     if (named) return st;
     *f = FAMILY_SIMT;
     return KILN_OK;
   }
   const char *misfit = algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "" : wgmma_misfit(ctx, a);
-  if (algo == KILN_ATTENTION_FLASH_WGMMA && misfit)
+  if (wgmma && misfit)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: algo FLASH_WGMMA cannot run this problem: %s (%s is sm_%d, D is %d); use "
-                     "KILN_ATTENTION_FLASH, which picks the kernel, or _FLASH_MMA_SYNC",
-                     op, misfit, ctx->info.name, ctx->arch, a->d);
-  *f = misfit ? FAMILY_MMA_SYNC : FAMILY_WGMMA;
+                     "%s: algo %s cannot run this problem: %s (%s is sm_%d, D is %d); use "
+                     "KILN_ATTENTION_AUTO or _FLASH, which pick the kernel, or _FLASH_MMA_SYNC",
+                     op, name, misfit, ctx->info.name, ctx->arch, a->d);
+  if (misfit)
+    *f = FAMILY_MMA_SYNC;
+  else if (algo == KILN_ATTENTION_SMEM || (algo == KILN_ATTENTION_AUTO && short_wins(a)))
+    *f = FAMILY_WGMMA_SHORT;
+  else
+    *f = FAMILY_WGMMA;
   return KILN_OK;
 }
 
@@ -185,12 +203,18 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
   kiln_status st = choose(ctx, op, a, algo, &f);
   if (st) return st;
   if (f == FAMILY_SIMT) return launch_simt(ctx, op, a, KILN_K_ATTN_SIMT_FWD_R32, stream);
+  const int dp = padded_dim(a->d);
   if (f == FAMILY_WGMMA)
     return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a),
                         (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
-                        (unsigned)KILN_ATTN_WG_SMEM_BYTES(padded_dim(a->d)), KILN_ATTN_WG_BM, KILN_ATTN_WG_BN, false,
-                        stream);
-  const int dp = padded_dim(a->d);
+                        (unsigned)a->batch, KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp),
+                        KILN_ATTN_WG_BM, KILN_ATTN_WG_BN, false, stream);
+  if (f == FAMILY_WGMMA_SHORT)
+    return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_SH_f16_D64, KILN_K_ATTN_FWD_SH_bf16_D64, a),
+                        (unsigned)((a->sq + KILN_ATTN_SH_BM - 1) / KILN_ATTN_SH_BM), (unsigned)a->hq,
+                        (unsigned)a->batch, KILN_ATTN_SH_THREADS, (unsigned)KILN_ATTN_SH_SMEM_BYTES(dp),
+                        KILN_ATTN_SH_BM, (uint32_t)KILN_ATTN_SH_BN(dp), false, stream);
+
   const kiln_kernel_id kernel = family_kernel(KILN_K_ATTN_FWD_f16_D64, KILN_K_ATTN_FWD_bf16_D64, a);
   kiln_attn_args args = *a;
   void *params[] = {&args};
@@ -258,19 +282,21 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
     return a->dq ? launch_simt(ctx, op, &args, KILN_K_ATTN_SIMT_DQ_R32, stream) : KILN_OK;
   }
   const int dp = padded_dim(a->d);
-  if (f == FAMILY_WGMMA) { /* the sm_90a kernels (TMA maps of the dO they read) */
+  if (f == FAMILY_WGMMA || f == FAMILY_WGMMA_SHORT) { /* the sm_90a kernels (TMA maps of the dO they read) */
     if ((a->dk || a->dv) &&
         (st = launch_wgmma(ctx, op, &args,
                            family_kernel(KILN_K_ATTN_BWD_DKDV_WG_f16_D64, KILN_K_ATTN_BWD_DKDV_WG_bf16_D64, a),
                            (unsigned)((a->sk + KILN_ATTN_WG_KV_BN - 1) / KILN_ATTN_WG_KV_BN), (unsigned)a->hkv,
-                           (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM(dp), KILN_ATTN_WG_KV_BN, true,
+                           (unsigned)a->batch, KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp),
+                           KILN_ATTN_WG_KV_BM(dp), KILN_ATTN_WG_KV_BN, true,
                            stream)))
       return st;
     if (a->dq)
       return launch_wgmma(ctx, op, &args,
                           family_kernel(KILN_K_ATTN_BWD_DQ_WG_f16_D64, KILN_K_ATTN_BWD_DQ_WG_bf16_D64, a),
                           (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
-                          (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp), KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), true,
+                          (unsigned)a->batch, KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp),
+                          KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), true,
                           stream);
     return KILN_OK;
   }

@@ -24,8 +24,8 @@ const char bench_attention_usage[] =
     "  --dtype f16|bf16|f32|all  input and output dtype (default f16; all: f16 and bf16; f32 runs the\n"
     "                         CUDA-core kernels)\n"
     "  --causal 0|1|all       (default all)\n"
-    "  --algo auto|mma_sync|wgmma|all  FLASH kernel (default auto: what kiln picks; all: mma_sync, and\n"
-    "                         wgmma on sm_90; the backward runs the mma_sync kernels whatever the algo)\n"
+    "  --algo auto|mma_sync|wgmma|smem|all  kernel (default auto: what kiln picks; all: mma_sync, and wgmma\n"
+    "                         and smem on sm_90; the backward runs the family's kernels whatever the algo)\n"
     "  --seq S                a sequence length instead of the default list (repeatable, up to 8; B = 16384 / S\n"
     "                         rounded down, at least 1)\n"
     "  --peer FILE            peer times from scripts/bench_sdpa.py (lines: S D causal dtype fwd_us fwdbwd_us)\n" BENCH_COMMON_USAGE;
@@ -34,7 +34,7 @@ typedef struct attn_opts {
   bench_dtype dtypes[2];
   int n_dtypes;
   int causal_lo, causal_hi;
-  kiln_attention_algo algos[2];
+  kiln_attention_algo algos[3];
   int n_algos; /* 0: all the device runs */
   const char *peer_path;
   int64_t seq[8]; /* --seq lengths (n_seq of them), else the default list */
@@ -125,7 +125,10 @@ static int time_row(bench_env *env, bench_fn fn, attn_call *c, const char *op, c
 }
 
 static const char *algo_label(kiln_attention_algo a) {
-  return a == KILN_ATTENTION_FLASH_MMA_SYNC ? "flash mma_sync" : a == KILN_ATTENTION_FLASH_WGMMA ? "flash wgmma" : "flash";
+  return a == KILN_ATTENTION_FLASH_MMA_SYNC ? "flash mma_sync"
+         : a == KILN_ATTENTION_FLASH_WGMMA  ? "flash wgmma"
+         : a == KILN_ATTENTION_SMEM         ? "smem"
+                                            : "auto";
 }
 
 static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtype dt, const peer_time *peers,
@@ -195,10 +198,12 @@ int bench_attention_main(int argc, char **argv) {
       o.causal_lo = !strcmp(v, "1");
       o.causal_hi = strcmp(v, "0") ? 1 : 0;
     } else if (!strcmp(a, "--algo") && v &&
-               (!strcmp(v, "auto") || !strcmp(v, "mma_sync") || !strcmp(v, "wgmma") || !strcmp(v, "all"))) {
+               (!strcmp(v, "auto") || !strcmp(v, "mma_sync") || !strcmp(v, "wgmma") || !strcmp(v, "smem") ||
+                !strcmp(v, "all"))) {
       o.n_algos = strcmp(v, "all") ? 1 : 0;
       o.algos[0] = !strcmp(v, "mma_sync") ? KILN_ATTENTION_FLASH_MMA_SYNC
                    : !strcmp(v, "wgmma")  ? KILN_ATTENTION_FLASH_WGMMA
+                   : !strcmp(v, "smem")   ? KILN_ATTENTION_SMEM
                                           : KILN_ATTENTION_AUTO;
     } else if (!strcmp(a, "--seq") && v && o.n_seq < 8 && atoll(v) >= 1 && atoll(v) <= (1 << 20)) {
       o.seq[o.n_seq++] = atoll(v);
@@ -222,9 +227,9 @@ int bench_attention_main(int argc, char **argv) {
   static const int64_t full[] = {512, 1024, 2048, 4096, 8192, 16384}, quick[] = {2048, 8192};
   const int64_t *ss = o.n_seq ? o.seq : o.common.quick ? quick : full;
   const int n_s = o.n_seq ? o.n_seq : o.common.quick ? 2 : 6;
-  const kiln_attention_algo all[2] = {KILN_ATTENTION_FLASH_MMA_SYNC, KILN_ATTENTION_FLASH_WGMMA};
+  const kiln_attention_algo all[3] = {KILN_ATTENTION_FLASH_MMA_SYNC, KILN_ATTENTION_FLASH_WGMMA, KILN_ATTENTION_SMEM};
   const kiln_attention_algo *algos = o.n_algos ? o.algos : all;
-  const int n_algos = o.n_algos ? o.n_algos : env.info.cc_major == 9 && env.info.cc_minor == 0 ? 2 : 1;
+  const int n_algos = o.n_algos ? o.n_algos : env.info.cc_major == 9 && env.info.cc_minor == 0 ? 3 : 1;
   bench_table_header(BENCH_TFLOPS);
   int dead = 0;
   for (int di = 0; di < 2 && !dead; di++)
