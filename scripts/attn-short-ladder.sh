@@ -1,0 +1,43 @@
+#!/bin/sh
+# The sm_90a short-sequence attention forward (algo SMEM, kernels/attention_sm90.cu with the
+# kiln_abi.h KILN_ATTN_SH_* sizes) and its rungs: builds kiln once per rung (sm_90a only, no
+# tests) into build-ladder/short-NAME, copies the library and kiln-bench into
+# build-ladder/slim/short-NAME (~13 MB each: the rungs fit one carry), then one GPU call
+# benchmarks them side by side against SDPA:
+#   scripts/attn-short-ladder.sh [RUNG...]   # here; then on the GPU:
+#   python3 scripts/bench_sdpa.py --lengths 128,256,384,512,1024 --dtype all > sdpa.txt
+#   for d in build-ladder/slim/short-*; do LD_LIBRARY_PATH=$d $d/tools/kiln-bench attention \
+#     --seq 128 --seq 256 --seq 384 --seq 512 --seq 1024 --dtype all --algo smem --peer sdpa.txt; done
+# (and --algo wgmma in one of them for FLASH). docs/performance.md ("kiln_attention SMEM")
+# records what each rung predicted and measured.
+set -e
+cd "$(dirname "$0")/.."
+root=$(pwd)
+WANT="$*"
+. scripts/ladder-lib.sh
+# build NAME COMMIT PATCH DEFS: the rung's source is COMMIT with PATCH applied (a worktree under
+# /tmp), or this tree if COMMIT is "."
+build() {
+  name=$1
+  commit=$2
+  patch=$3
+  defs=$4
+  ladder_wanted "$name" || return 0
+  src=$root
+  if [ "$commit" != . ]; then
+    src=/tmp/kiln-short-$name
+    if [ ! -d "$src" ]; then
+      git worktree add -q --detach "$src" "$commit"
+      [ -z "$patch" ] || (cd "$src" && git apply "$root/$patch")
+    fi
+  fi
+  (cd "$src" && ladder_build "$root/build-ladder/short-$name" "$defs" --target kiln-bench)
+  ladder_slim "build-ladder/short-$name" "build-ladder/slim/short-$name"
+  echo "built build-ladder/slim/short-$name ($commit $defs): $(du -sh "build-ladder/slim/short-$name" | cut -f1)"
+}
+# s1 (main): one query tile of 64 rows per block, two blocks per SM
+build s1 . "" ""
+# persist: at most two blocks per SM walk the query tiles (scripts/rungs/attn-short-persist.patch
+# on the SMEM kernel's first commit); its first form hung on fully masked tiles
+# (docs/performance.md), the patch frees Q per warp
+build persist 5f5a057 scripts/rungs/attn-short-persist.patch ""
