@@ -134,10 +134,11 @@ static kiln_status attn_map(const kiln_context *ctx, const char *op, const char 
 }
 
 /* One WGMMA kernel: its TMA maps (q, k, v, and dO for the backward, as the kernels read it: the
- * caller's or the workspace copy), boxes of q_rows rows for q and dO and kv_rows for k and v. */
+ * caller's or the workspace copy), boxes of q_rows rows for q and dO and kv_rows for k and v; grid
+ * gx x gy x batch of `threads` threads. */
 static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const kiln_attn_args *a, kiln_kernel_id kernel,
-                                unsigned gx, unsigned gy, unsigned gz, unsigned threads, unsigned smem,
-                                uint32_t q_rows, uint32_t kv_rows, bool with_do, CUstream stream) {
+                                unsigned gx, unsigned gy, unsigned threads, unsigned smem, uint32_t q_rows,
+                                uint32_t kv_rows, bool with_do, CUstream stream) {
   kiln_tensor_map maps[4];
   const int64_t qs[3] = {a->q_ss, a->q_hs, a->q_bs}, ks[3] = {a->k_ss, a->k_hs, a->k_bs},
                 vs[3] = {a->v_ss, a->v_hs, a->v_bs}, ds[3] = {a->do_ss, a->do_hs, a->do_bs};
@@ -149,7 +150,7 @@ static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const k
     return st;
   kiln_attn_args args = *a;
   void *params[] = {&args, &maps[0], &maps[1], &maps[2], &maps[3]};
-  return kiln_launch(ctx, kernel, gx, gy, gz, threads, smem, stream, params, op);
+  return kiln_launch(ctx, kernel, gx, gy, (unsigned)a->batch, threads, smem, stream, params, op);
 }
 
 /* The kernel family that runs a problem; WGMMA_SHORT is the sm_90a forward's short-sequence
@@ -207,14 +208,13 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
   if (f == FAMILY_WGMMA)
     return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a),
                         (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
-                        (unsigned)a->batch, KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp),
+                        KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp),
                         KILN_ATTN_WG_BM, KILN_ATTN_WG_BN, false, stream);
   if (f == FAMILY_WGMMA_SHORT)
     return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_SH_f16_D64, KILN_K_ATTN_FWD_SH_bf16_D64, a),
                         (unsigned)((a->sq + KILN_ATTN_SH_BM - 1) / KILN_ATTN_SH_BM), (unsigned)a->hq,
-                        (unsigned)a->batch, KILN_ATTN_SH_THREADS, (unsigned)KILN_ATTN_SH_SMEM_BYTES(dp),
+                        KILN_ATTN_SH_THREADS, (unsigned)KILN_ATTN_SH_SMEM_BYTES(dp),
                         KILN_ATTN_SH_BM, (uint32_t)KILN_ATTN_SH_BN(dp), false, stream);
-
   const kiln_kernel_id kernel = family_kernel(KILN_K_ATTN_FWD_f16_D64, KILN_K_ATTN_FWD_bf16_D64, a);
   kiln_attn_args args = *a;
   void *params[] = {&args};
@@ -287,17 +287,15 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
         (st = launch_wgmma(ctx, op, &args,
                            family_kernel(KILN_K_ATTN_BWD_DKDV_WG_f16_D64, KILN_K_ATTN_BWD_DKDV_WG_bf16_D64, a),
                            (unsigned)((a->sk + KILN_ATTN_WG_KV_BN - 1) / KILN_ATTN_WG_KV_BN), (unsigned)a->hkv,
-                           (unsigned)a->batch, KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp),
-                           KILN_ATTN_WG_KV_BM(dp), KILN_ATTN_WG_KV_BN, true,
-                           stream)))
+                           KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM(dp),
+                           KILN_ATTN_WG_KV_BN, true, stream)))
       return st;
     if (a->dq)
       return launch_wgmma(ctx, op, &args,
                           family_kernel(KILN_K_ATTN_BWD_DQ_WG_f16_D64, KILN_K_ATTN_BWD_DQ_WG_bf16_D64, a),
                           (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
-                          (unsigned)a->batch, KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp),
-                          KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), true,
-                          stream);
+                          KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp), KILN_ATTN_WG_BM,
+                          KILN_ATTN_WG_DQ_BN(dp), true, stream);
     return KILN_OK;
   }
   if (a->dk || a->dv) {
