@@ -167,10 +167,11 @@ static void int8_paths(kiln_context *ctx) {
   assert_int_equal(fake("context_depth"), 0);
 }
 
-/* kiln_attention's FLASH forward on the fake sm_90 (run in CI, no GPU): AUTO, FLASH and
- * FLASH_WGMMA encode rank-4 TMA maps of q, k, v (B = 1: its normalized stride 0 must become a
- * valid one) and launch the WGMMA kernel; FLASH_MMA_SYNC launches the mma.sync one; FLASH_WGMMA
- * refuses K/V heads repeated with stride 0 and D = 256, which FLASH sends to mma.sync. */
+/* kiln_attention's forward on the fake sm_90 (run in CI, no GPU): AUTO, FLASH, FLASH_WGMMA and
+ * SMEM encode rank-4 TMA maps of q, k, v (B = 1: its normalized stride 0 must become a valid
+ * one) and launch a WGMMA kernel (SMEM and AUTO at this length the short-sequence one);
+ * FLASH_MMA_SYNC launches the mma.sync one; FLASH_WGMMA and SMEM refuse K/V heads repeated with
+ * stride 0 and D = 256, which FLASH sends to mma.sync. */
 static void attention_paths(kiln_context *ctx) {
   const int allocations = fake("live_allocations");
   DLManagedTensorVersioned *buf[7]; /* q, k, v, o, then dq, dk, dv */
@@ -179,9 +180,9 @@ static void attention_paths(kiln_context *ctx) {
   DLTensor t[7];
   for (int i = 0; i < 7; i++) t[i] = (DLTensor){buf[i]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, shape, NULL, 0};
   kiln_attention_opts o = kiln_attention_opts_default();
-  const kiln_attention_algo algos[4] = {KILN_ATTENTION_AUTO, KILN_ATTENTION_FLASH, KILN_ATTENTION_FLASH_MMA_SYNC,
-                                        KILN_ATTENTION_FLASH_WGMMA};
-  for (int i = 0; i < 4; i++) {
+  const kiln_attention_algo algos[5] = {KILN_ATTENTION_AUTO, KILN_ATTENTION_FLASH, KILN_ATTENTION_FLASH_MMA_SYNC,
+                                        KILN_ATTENTION_FLASH_WGMMA, KILN_ATTENTION_SMEM};
+  for (int i = 0; i < 5; i++) {
     o.algo = algos[i];
     assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL));
   }
@@ -194,7 +195,7 @@ static void attention_paths(kiln_context *ctx) {
   DLTensor lse = {lse_buf->dl_tensor.data, {kDLCUDA, 0}, 3, TEST_F32, lse_shape, NULL, 0}, dout = t[3];
   dout.data = buf[0]->dl_tensor.data;
   size_t bytes = 0;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 5; i++) {
     o.algo = algos[i];
     assert_kiln_ok(kiln_attention_backward_workspace_size(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &dout, &t[4], &t[5],
                                                           &t[6], &o, &bytes));
@@ -211,8 +212,13 @@ static void attention_paths(kiln_context *ctx) {
   kiln_tensor_free(lse_buf), kiln_tensor_free(ws);
   t[1].shape = t[2].shape = kv_shape, t[1].strides = t[2].strides = kv_strides;
   kv_strides[1] = 0; /* one K/V head seen as two */
+  o.algo = KILN_ATTENTION_FLASH_WGMMA;
   assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
                     "kiln_attention: algo FLASH_WGMMA cannot run this problem", "non-zero stride");
+  o.algo = KILN_ATTENTION_SMEM;
+  assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "kiln_attention: algo SMEM cannot run this problem", "non-zero stride",
+                    "use KILN_ATTENTION_AUTO or _FLASH");
   o.algo = KILN_ATTENTION_FLASH;
   assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL));
   shape[3] = kv_shape[3] = 256, kv_strides[1] = 25600, kv_strides[2] = 256;
@@ -220,6 +226,9 @@ static void attention_paths(kiln_context *ctx) {
   o.algo = KILN_ATTENTION_FLASH_WGMMA;
   assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
                     "it takes head dims up to 128 (" FAKE_NAME, "is sm_90, D is 256)");
+  o.algo = KILN_ATTENTION_SMEM;
+  assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "kiln_attention: algo SMEM cannot run this problem: it takes head dims up to 128");
   for (int i = 0; i < 7; i++) kiln_tensor_free(buf[i]);
   assert_int_equal(fake("live_allocations"), allocations);
   assert_int_equal(fake("context_depth"), 0);
