@@ -9,7 +9,10 @@
 #   for d in build-ladder/slim/short-*; do LD_LIBRARY_PATH=$d $d/tools/kiln-bench attention \
 #     --seq 128 --seq 256 --seq 384 --seq 512 --seq 1024 --dtype all --algo smem --peer sdpa.txt; done
 # (and --algo wgmma in one of them for FLASH). docs/performance.md ("kiln_attention SMEM")
-# records what each rung predicted and measured.
+# records what each rung predicted and measured. A rung's tests (the patches add many_tiles: more
+# query tiles than blocks, fully masked ones among them) need a full build of its worktree:
+#   cmake -S /tmp/kiln-short-NAME -B build-ladder/full-NAME && cmake --build build-ladder/full-NAME -j2
+# then test_gpu_attention from it on the GPU.
 set -e
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -41,3 +44,6 @@ build s1 . "" ""
 # on the SMEM kernel's first commit); its first form hung on fully masked tiles
 # (docs/performance.md), the patch frees Q per warp
 build persist 5f5a057 scripts/rungs/attn-short-persist.patch ""
+# persist-q2: persist with two Q slots, the next tile's Q loading while this one runs (D = 64: ring
+# of 2 x 128 keys); predicted to approach the DRAM floor at S = 128 (56 µs against 155-162)
+build persist-q2 5f5a057 scripts/rungs/attn-short-persist-q2.patch ""
