@@ -24,13 +24,10 @@ static int copy_main(int argc, char **argv) {
   bench_common_init(&common);
   long long size_mib = 2048;
   for (int i = 1; i < argc; i++) {
-    int c = bench_parse_common(argc, argv, &i, &common);
+    int c = bench_parse_common(argc, argv, &i, &common, copy_usage);
+    if (c == BENCH_HELP) return 0;
     if (c < 0) return 2;
     if (c > 0) continue;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      fputs(copy_usage, stdout);
-      return 0;
-    }
     char tail = 0;
     if (!strcmp(argv[i], "--size") && i + 1 < argc && sscanf(argv[i + 1], "%lld%c", &size_mib, &tail) == 1 &&
         size_mib >= 2 && size_mib <= (1ll << 20)) {

@@ -31,9 +31,13 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
   return 0;
 }
 
-int bench_parse_common(int argc, char **argv, int *i, bench_common *c) {
+int bench_parse_common(int argc, char **argv, int *i, bench_common *c, const char *usage) {
   const char *a = argv[*i];
   const char *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+  if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    fputs(usage, stdout);
+    return BENCH_HELP;
+  }
   if (!strcmp(a, "--quick")) {
     c->quick = 1;
     return 1;

@@ -51,8 +51,10 @@ typedef struct bench_common {
 
 void bench_common_init(bench_common *c);
 /* If argv[*i] is a common option, consumes it (and its value) and returns 1; returns 0 if it is
- * not one, -1 (after printing why) if its value is missing or bad. */
-int bench_parse_common(int argc, char **argv, int *i, bench_common *c);
+ * not one, -1 (after printing why) if its value is missing or bad, BENCH_HELP after printing
+ * `usage` for --help or -h. */
+#define BENCH_HELP 2
+int bench_parse_common(int argc, char **argv, int *i, bench_common *c, const char *usage);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Element types                                                                               */

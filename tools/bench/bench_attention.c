@@ -180,14 +180,11 @@ int bench_attention_main(int argc, char **argv) {
                  .n_algos = 1};
   bench_common_init(&o.common);
   for (int i = 1; i < argc; i++) {
-    int c = bench_parse_common(argc, argv, &i, &o.common);
+    int c = bench_parse_common(argc, argv, &i, &o.common, bench_attention_usage);
+    if (c == BENCH_HELP) return 0;
     if (c < 0) return 2;
     if (c > 0) continue;
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      fputs(bench_attention_usage, stdout);
-      return 0;
-    }
     i++;
     if (!strcmp(a, "--dtype") && v && !strcmp(v, "all")) {
       o.dtypes[0] = BENCH_F16, o.dtypes[1] = BENCH_BF16, o.n_dtypes = 2;

@@ -168,14 +168,11 @@ int bench_int4_main(int argc, char **argv) {
   long long group = 128, one_k = 0, one_n = 0, one_m = 0;
   kiln_int4_algo algo = KILN_INT4_AUTO;
   for (int i = 1; i < argc; i++) {
-    int c = bench_parse_common(argc, argv, &i, &common);
+    int c = bench_parse_common(argc, argv, &i, &common, bench_int4_usage);
+    if (c == BENCH_HELP) return 0;
     if (c < 0) return 2;
     if (c > 0) continue;
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      fputs(bench_int4_usage, stdout);
-      return 0;
-    }
     i++;
     char tail = 0;
     if (!strcmp(a, "--dtype") && v && !bench_dtype_parse(v, &dt) && (dt == BENCH_F16 || dt == BENCH_BF16)) continue;

@@ -261,13 +261,10 @@ static int parse(int argc, char **argv, int8_opts *o) {
   o->square = o->llm = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    int c = bench_parse_common(argc, argv, &i, &o->common);
+    int c = bench_parse_common(argc, argv, &i, &o->common, bench_int8_usage);
+    if (c == BENCH_HELP) return 1;
     if (c < 0) return -1;
     if (c > 0) continue;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      fputs(bench_int8_usage, stdout);
-      return 1;
-    }
     const char *v = i + 1 < argc ? argv[++i] : NULL;
     if (!strcmp(a, "--out")) {
       bench_dtype dt;

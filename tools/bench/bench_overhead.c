@@ -97,13 +97,10 @@ int bench_overhead_main(int argc, char **argv) {
   bench_common_init(&common);
   int n = 2000;
   for (int i = 1; i < argc; i++) {
-    int c = bench_parse_common(argc, argv, &i, &common);
+    int c = bench_parse_common(argc, argv, &i, &common, bench_overhead_usage);
+    if (c == BENCH_HELP) return 0;
     if (c < 0) return 2;
     if (c > 0) continue;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      fputs(bench_overhead_usage, stdout);
-      return 0;
-    }
     if (!strcmp(argv[i], "--n") && i + 1 < argc && atoi(argv[i + 1]) >= 1) {
       n = atoi(argv[++i]);
       continue;

@@ -258,14 +258,11 @@ int bench_qkv_main(int argc, char **argv) {
   kiln_qkv_algo algo = KILN_QKV_AUTO;
   long long one_m = 0;
   for (int i = 1; i < argc; i++) {
-    int c = bench_parse_common(argc, argv, &i, &common);
+    int c = bench_parse_common(argc, argv, &i, &common, bench_qkv_usage);
+    if (c == BENCH_HELP) return 0;
     if (c < 0) return 2;
     if (c > 0) continue;
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      fputs(bench_qkv_usage, stdout);
-      return 0;
-    }
     i++;
     if (!strcmp(a, "--dtype") && v && !bench_dtype_parse(v, &dt) && (dt == BENCH_F16 || dt == BENCH_BF16)) continue;
     if (!strcmp(a, "--int8") && v && (!strcmp(v, "col") || !strcmp(v, "row"))) {
