@@ -18,12 +18,12 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 WANT="$*"
 . scripts/ladder-lib.sh
-# build NAME COMMIT PATCH DEFS: the rung's source is COMMIT with PATCH applied (a worktree under
-# /tmp), or this tree if COMMIT is "."
+# build NAME COMMIT "PATCHES" DEFS: the rung's source is COMMIT with PATCHES applied in order (a
+# worktree under /tmp), or this tree if COMMIT is "."
 build() {
   name=$1
   commit=$2
-  patch=$3
+  patches=$3
   defs=$4
   ladder_wanted "$name" || return 0
   src=$root
@@ -31,7 +31,7 @@ build() {
     src=/tmp/kiln-short-$name
     if [ ! -d "$src" ]; then
       git worktree add -q --detach "$src" "$commit"
-      [ -z "$patch" ] || (cd "$src" && git apply "$root/$patch")
+      for patch in $patches; do (cd "$src" && git apply "$root/$patch"); done
     fi
   fi
   (cd "$src" && ladder_build "$root/build-ladder/short-$name" "$defs" --target kiln-bench)
@@ -46,4 +46,4 @@ build s1 . "" ""
 build persist 5f5a057 scripts/rungs/attn-short-persist.patch ""
 # persist-q2: persist with two Q slots, the next tile's Q loading while this one runs (D = 64: ring
 # of 2 x 128 keys); predicted to approach the DRAM floor at S = 128 (56 µs against 155-162)
-build persist-q2 5f5a057 scripts/rungs/attn-short-persist-q2.patch ""
+build persist-q2 5f5a057 "scripts/rungs/attn-short-persist.patch scripts/rungs/attn-short-persist-q2.patch" ""
