@@ -153,9 +153,9 @@ static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const k
   return kiln_launch(ctx, kernel, gx, gy, (unsigned)a->batch, threads, smem, stream, params, op);
 }
 
-/* The kernel family that runs a problem; WGMMA_SHORT is the sm_90a forward's short-sequence
- * configuration (algo SMEM), whose backward is WGMMA's. */
-typedef enum family { FAMILY_WGMMA, FAMILY_WGMMA_SHORT, FAMILY_MMA_SYNC, FAMILY_SIMT } family;
+/* The kernel family that runs a problem (the sm_90a forward has two configurations: FLASH's and
+ * SMEM's short-sequence one, see short_wins). */
+typedef enum family { FAMILY_WGMMA, FAMILY_MMA_SYNC, FAMILY_SIMT } family;
 
 /* AUTO's choice between the sm_90a forward's two configurations, from same-call H200
  * measurements (docs/performance.md, "Short sequences"): at D = 64 the short-sequence one (two
@@ -168,8 +168,8 @@ static bool short_wins(const kiln_attn_args *a) {
 }
 
 /* FLASH and AUTO: WGMMA where it fits, else MMA_SYNC where the tensor cores can take the problem,
- * else the CUDA-core kernels (AUTO: WGMMA_SHORT for short keys); the explicit FLASH_WGMMA,
- * FLASH_MMA_SYNC and SMEM run their kernels or say why not. */
+ * else the CUDA-core kernels; the explicit FLASH_WGMMA, FLASH_MMA_SYNC and SMEM (WGMMA's
+ * short-sequence forward) run their family or say why not. */
 static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo, family *f) {
   kiln_status st = check_grid(op, a);
   if (st) return st;
@@ -189,12 +189,7 @@ static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_at
                      "%s: algo %s cannot run this problem: %s (%s is sm_%d, D is %d); use "
                      "KILN_ATTENTION_AUTO or _FLASH, which pick the kernel, or _FLASH_MMA_SYNC",
                      op, name, misfit, ctx->info.name, ctx->arch, a->d);
-  if (misfit)
-    *f = FAMILY_MMA_SYNC;
-  else if (algo == KILN_ATTENTION_SMEM || (algo == KILN_ATTENTION_AUTO && short_wins(a)))
-    *f = FAMILY_WGMMA_SHORT;
-  else
-    *f = FAMILY_WGMMA;
+  *f = misfit ? FAMILY_MMA_SYNC : FAMILY_WGMMA;
   return KILN_OK;
 }
 
@@ -205,16 +200,16 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
   if (st) return st;
   if (f == FAMILY_SIMT) return launch_simt(ctx, op, a, KILN_K_ATTN_SIMT_FWD_R32, stream);
   const int dp = padded_dim(a->d);
+  if (f == FAMILY_WGMMA && (algo == KILN_ATTENTION_SMEM || (algo == KILN_ATTENTION_AUTO && short_wins(a))))
+    return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_SH_f16_D64, KILN_K_ATTN_FWD_SH_bf16_D64, a),
+                        (unsigned)((a->sq + KILN_ATTN_SH_BM - 1) / KILN_ATTN_SH_BM), (unsigned)a->hq,
+                        KILN_ATTN_SH_THREADS, (unsigned)KILN_ATTN_SH_SMEM_BYTES(dp), KILN_ATTN_SH_BM,
+                        (uint32_t)KILN_ATTN_SH_BN(dp), false, stream);
   if (f == FAMILY_WGMMA)
     return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a),
                         (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
-                        KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp),
-                        KILN_ATTN_WG_BM, KILN_ATTN_WG_BN, false, stream);
-  if (f == FAMILY_WGMMA_SHORT)
-    return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_SH_f16_D64, KILN_K_ATTN_FWD_SH_bf16_D64, a),
-                        (unsigned)((a->sq + KILN_ATTN_SH_BM - 1) / KILN_ATTN_SH_BM), (unsigned)a->hq,
-                        KILN_ATTN_SH_THREADS, (unsigned)KILN_ATTN_SH_SMEM_BYTES(dp),
-                        KILN_ATTN_SH_BM, (uint32_t)KILN_ATTN_SH_BN(dp), false, stream);
+                        KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp), KILN_ATTN_WG_BM,
+                        KILN_ATTN_WG_BN, false, stream);
   const kiln_kernel_id kernel = family_kernel(KILN_K_ATTN_FWD_f16_D64, KILN_K_ATTN_FWD_bf16_D64, a);
   kiln_attn_args args = *a;
   void *params[] = {&args};
@@ -282,7 +277,7 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
     return a->dq ? launch_simt(ctx, op, &args, KILN_K_ATTN_SIMT_DQ_R32, stream) : KILN_OK;
   }
   const int dp = padded_dim(a->d);
-  if (f == FAMILY_WGMMA || f == FAMILY_WGMMA_SHORT) { /* the sm_90a kernels (TMA maps of the dO they read) */
+  if (f == FAMILY_WGMMA) { /* the sm_90a kernels (TMA maps of the dO they read) */
     if ((a->dk || a->dv) &&
         (st = launch_wgmma(ctx, op, &args,
                            family_kernel(KILN_K_ATTN_BWD_DKDV_WG_f16_D64, KILN_K_ATTN_BWD_DKDV_WG_bf16_D64, a),
