@@ -181,21 +181,21 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 } /* namespace attn */
 } /* namespace kiln */
 
-/* FLASH: 3 warpgroups, one block per SM; SMEM (short sequences): 2 warpgroups, two blocks per SM. */
+/* One forward kernel: `threads` threads, `blocks` of them per SM, the configuration's template
+ * arguments. FLASH: 3 warpgroups, one block per SM; SMEM (short sequences): 2 warpgroups, two
+ * blocks per SM. */
+#define KILN_ATTN_FWD_ENTRY(name, bf16, dp, threads, blocks, nc, bn, stages, smem)                              \
+  extern "C" __global__ void __launch_bounds__(threads, blocks)                                               \
+      name(const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                              \
+           const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v) {            \
+    kiln::attn::forward_sm90<bf16, dp, nc, bn, stages, smem>(args, &map_q, &map_k, &map_v);                    \
+  }
 #define KILN_ATTN_WG_ENTRY(name, bf16, dp)                                                                   \
-  extern "C" __global__ void __launch_bounds__(KILN_ATTN_WG_THREADS, 1)                                       \
-      name(const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                              \
-           const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v) {            \
-    kiln::attn::forward_sm90<bf16, dp, 2, KILN_ATTN_WG_BN, KILN_ATTN_WG_STAGES(dp), KILN_ATTN_WG_SMEM_BYTES(dp)>( \
-        args, &map_q, &map_k, &map_v);                                                                        \
-  }
+  KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_WG_THREADS, 1, 2, KILN_ATTN_WG_BN, KILN_ATTN_WG_STAGES(dp),    \
+                      KILN_ATTN_WG_SMEM_BYTES(dp))
 #define KILN_ATTN_SH_ENTRY(name, bf16, dp)                                                                   \
-  extern "C" __global__ void __launch_bounds__(KILN_ATTN_SH_THREADS, 2)                                       \
-      name(const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                              \
-           const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v) {            \
-    kiln::attn::forward_sm90<bf16, dp, 1, KILN_ATTN_SH_BN(dp), KILN_ATTN_SH_STAGES(dp),                       \
-                             KILN_ATTN_SH_SMEM_BYTES(dp)>(args, &map_q, &map_k, &map_v);                      \
-  }
+  KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_SH_THREADS, 2, 1, KILN_ATTN_SH_BN(dp), KILN_ATTN_SH_STAGES(dp), \
+                      KILN_ATTN_SH_SMEM_BYTES(dp))
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_f16_d64, false, 64)
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_f16_d128, false, 128)
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_bf16_d64, true, 64)
