@@ -1,0 +1,36 @@
+#!/bin/bash
+# Nsight Compute readings of the attention kernels next to SDPA's, for the shapes where kiln
+# trails (issue 7): the SMEM short forward at S = 128 (B128 H32 D64, f16) and the FLASH backward
+# at S = 2048 causal (B8 H32 D64). Run on the GPU from the repository root:
+#   scripts/attn-profile.sh BUILD      (BUILD holds libkiln.so and tools/kiln-bench)
+# Logs go to $OUT (ncu-*.txt). Clocks are left alone (--clock-control none).
+set -u
+B=${1:-build}
+OUT=${OUT:-attn-profile}
+mkdir -p "$OUT"
+S="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis"
+prof() { # name, kernel regex, skip, count, command...
+  local name=$1 k=$2 s=$3 c=$4
+  shift 4
+  timeout 180 ncu --clock-control none -k "regex:$k" -s "$s" -c "$c" $S "$@" >"$OUT/ncu-$name.txt" 2>&1
+  echo "ncu $name: exit $?"
+  grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Issued Ipc|Warp Cycles Per Issued|No Eligible" "$OUT/ncu-$name.txt" | head -40
+}
+export LD_LIBRARY_PATH=$B
+prof short128 attn_fwd_short_f16_d64 3 1 "$B/tools/kiln-bench" attention --seq 128 --dtype f16 --causal 0 --algo smem
+prof bwd2048c "attn_bwd_(dkdv_wgmma_f16_d64|dq_wgmma_f16_d64|delta)" 3 3 \
+  "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal 1 --algo wgmma
+cat >"$OUT/sdpa.py" <<'PY'
+import sys, torch
+import torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel, SDPBackend
+b, h, s, d, causal = (int(x) for x in sys.argv[1:6])
+q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    for _ in range(3):
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+        o.backward(torch.randn_like(o))
+torch.cuda.synchronize()
+PY
+prof sdpa128 "flash_fwd" 2 1 python3 "$OUT/sdpa.py" 128 32 128 64 0
+prof sdpa2048c "flash_bwd" 3 3 python3 "$OUT/sdpa.py" 8 32 2048 64 1
