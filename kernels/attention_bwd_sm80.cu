@@ -6,8 +6,8 @@
  *   dV = Pᵀ·dO,  dP = dO·Vᵀ,  dS = P ∘ (dP − delta),  delta_i = dO_i · O_i,
  *   dQ = scale · dS·K,  dK = scale · dSᵀ·Q.
  * Three kernels, all deterministic (no atomics, every sum in a fixed order):
- *   1. delta: one warp per query row; also converts dO into the workspace when the MMA kernels
- *      cannot read it as given (another dtype, unaligned or strided head dimension).
+ *   1. delta: eight threads per query row; also converts dO into the workspace when the MMA
+ *      kernels cannot read it as given (another dtype, unaligned or strided head dimension).
  *   2. dK/dV: a block owns 64 keys and walks every query of its GQA group's heads, so the group
  *      reduction of dK and dV happens in registers. Per warp and query step it computes the
  *      transposed products Sᵀ = K_w·Qᵀ and dPᵀ = V_w·dOᵀ (16 keys x BM queries): their
@@ -35,22 +35,55 @@
 namespace kiln {
 namespace attn {
 
-/* 1. delta_i = Σ_d dO[i, d]·O[i, d] in f32, one warp per row; dO copied to do_copy if set. */
+/* Eight elements of a 16-bit (dt) row from one 16-byte load, in f32. */
+KILN_DEVICE void load8_f32(const void *base, int64_t i, int dt, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4 *>((const char *)base + i * 2);
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    v[2 * k] = dt == KILN_DT_BF16 ? __uint_as_float(w[k] << 16) : __half2float(__ushort_as_half((uint16_t)w[k]));
+    v[2 * k + 1] = dt == KILN_DT_BF16 ? __uint_as_float(w[k] & 0xFFFF0000u)
+                                      : __half2float(__ushort_as_half((uint16_t)(w[k] >> 16)));
+  }
+}
+
+/* Whether rows of a 16-bit tensor (stride 1 along D) can be read 16 bytes at a time. */
+KILN_DEVICE bool rows_vec16(const void *base, int dt, int64_t bs, int64_t hs, int64_t ss, int64_t ds) {
+  return dt != KILN_DT_F32 && ds == 1 && (((uintptr_t)base | (uintptr_t)((bs | hs | ss) * 2)) & 15) == 0;
+}
+
+/* 1. delta_i = Σ_d dO[i, d]·O[i, d] in f32, DELTA_LANES threads per row: a block holds
+ * DELTA_ROWS rows of one head (grid: row tiles x query heads x batch, so no index division).
+ * 16-bit O and dO with contiguous, 16-byte aligned rows are read 16 bytes per thread; anything
+ * else (f32, strided or unaligned rows, or dO copied to do_copy) element by element. The first
+ * version (a warp per row, 2-byte loads, 64-bit divisions for the row's coordinates) was
+ * instruction-bound: 304 µs at B8 H32 S2048 D64, where SDPA's dot_do_o took 73 (ncu). */
 __device__ __forceinline__ void delta_rows(const kiln_attn_args &p) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = (int64_t)blockIdx.x * (THREADS / 32) + threadIdx.x / 32;
-  if (row >= (int64_t)p.batch * p.hq * p.sq) return;
-  const int s = (int)(row % p.sq), h = (int)(row / p.sq % p.hq), b = (int)(row / ((int64_t)p.sq * p.hq));
-  const int64_t ob = b * p.o_bs + h * p.o_hs + s * p.o_ss, gb = b * p.do_bs + h * p.do_hs + s * p.do_ss;
+  const int g = threadIdx.x % KILN_ATTN_DELTA_LANES, s = blockIdx.x * KILN_ATTN_DELTA_ROWS + threadIdx.x / KILN_ATTN_DELTA_LANES;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const bool valid = s < p.sq; /* no early return: the group's lanes shuffle below */
+  const int64_t ob = b * p.o_bs + h * p.o_hs + (int64_t)s * p.o_ss, gb = b * p.do_bs + h * p.do_hs + (int64_t)s * p.do_ss;
+  const int64_t row = ((int64_t)b * p.hq + h) * p.sq + s;
   float acc = 0.f;
-  for (int d = lane; d < p.dv_dim; d += 32) {
-    const float g = kiln_load_as_f32(p.dout, gb + d * p.do_ds, p.do_dtype);
-    acc += g * kiln_load_as_f32(p.o, ob + d * p.o_ds, p.o_dtype);
-    if (p.do_copy) kiln_store_from_f32(p.do_copy, row * p.dv_dim + d, p.in_dtype, g);
+  if (valid && !p.do_copy && p.dv_dim % 8 == 0 && rows_vec16(p.o, p.o_dtype, p.o_bs, p.o_hs, p.o_ss, p.o_ds) &&
+      rows_vec16(p.dout, p.do_dtype, p.do_bs, p.do_hs, p.do_ss, p.do_ds)) {
+    for (int d = 8 * g; d < p.dv_dim; d += 8 * KILN_ATTN_DELTA_LANES) {
+      float o[8], go[8];
+      load8_f32(p.o, ob + d, p.o_dtype, o);
+      load8_f32(p.dout, gb + d, p.do_dtype, go);
+#pragma unroll
+      for (int k = 0; k < 8; k++) acc = fmaf(go[k], o[k], acc);
+    }
+  } else if (valid) {
+    for (int d = g; d < p.dv_dim; d += KILN_ATTN_DELTA_LANES) {
+      const float go = kiln_load_as_f32(p.dout, gb + d * p.do_ds, p.do_dtype);
+      acc += go * kiln_load_as_f32(p.o, ob + d * p.o_ds, p.o_dtype);
+      if (p.do_copy) kiln_store_from_f32(p.do_copy, row * p.dv_dim + d, p.in_dtype, go);
+    }
   }
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) p.delta[row] = acc;
+  for (int off = KILN_ATTN_DELTA_LANES / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (valid && g == 0) p.delta[row] = acc;
 }
 
 /* 2. dK and dV of KV_BN keys (16 per warp) and KV_DO columns, summed over the group's heads. */

@@ -192,6 +192,10 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_BR(dp) ((dp) <= 128 ? 128 : 64)
 #define KILN_ATTN_BC(dp) ((dp) <= 64 ? 64 : 32)
 #define KILN_ATTN_THREADS 128
+/* The backward's delta kernel (attention_bwd_sm80.cu): DELTA_LANES threads per query row, blocks
+ * of KILN_ATTN_THREADS threads holding DELTA_ROWS rows of one head. */
+#define KILN_ATTN_DELTA_LANES 8
+#define KILN_ATTN_DELTA_ROWS (KILN_ATTN_THREADS / KILN_ATTN_DELTA_LANES)
 #define KILN_ATTN_SMEM_BYTES(dp) ((KILN_ATTN_BR(dp) + 4 * KILN_ATTN_BC(dp)) * ((dp) + KILN_GEMM_PAD) * 2)
 
 /* The sm_90a FLASH forward (kernels/attention_sm90.cu), head dims padded to 64 or 128: 3

@@ -260,9 +260,8 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
   void *params[] = {&args};
   args.delta = (float *)workspace;
   args.do_copy = copies_dout(a) ? (char *)workspace + delta_bytes(a) : NULL;
-  const unsigned warps = KILN_ATTN_THREADS / 32;
-  if ((st = kiln_launch(ctx, KILN_K_ATTN_BWD_DELTA, (unsigned)((rows + warps - 1) / warps), 1, 1, KILN_ATTN_THREADS,
-                        0, stream, params, op)))
+  if ((st = kiln_launch(ctx, KILN_K_ATTN_BWD_DELTA, (unsigned)((a->sq + KILN_ATTN_DELTA_ROWS - 1) / KILN_ATTN_DELTA_ROWS),
+                        (unsigned)a->hq, (unsigned)a->batch, KILN_ATTN_THREADS, 0, stream, params, op)))
     return st;
   if (args.do_copy) { /* the MMA kernels read the compact copy */
     args.dout = args.do_copy;
