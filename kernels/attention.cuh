@@ -113,15 +113,28 @@ KILN_DEVICE void rescale(float (&o)[OT][4], const float (&corr)[2]) {
   }
 }
 
+/* l summed over the 4 lanes that share a row (every lane must call). */
+KILN_DEVICE float row_sum4(float l) {
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  return l + __shfl_xor_sync(0xffffffffu, l, 2);
+}
+
+/* The natural-log LSE = m·scale + ln l of a query row inside the sequence (row sums l from
+ * row_sum4; one lane of the four writes), -inf for a row that saw no key. */
+KILN_DEVICE void store_lse(const kiln_attn_args &p, int b, int h, int row, float m, float l, float sl2, int lane) {
+  if (p.lse && lane % 4 == 0 && row < p.sq)
+    p.lse[b * p.lse_bs + h * p.lse_hs + row] = l > 0.f ? (m * sl2 + log2f(l)) * 0.6931471805599453f : -INFINITY;
+}
+
 /* The end of one query row, half r (0: row lane/4, 1: + 8) of an m16 tile: sums l over the 4
  * lanes that share the row (every lane must call), then, for a row inside the sequence, stores
- * O / l (the lane's columns 8 j + 2 (lane % 4) + {0, 1}, j < OT, those < D) and the natural-log
- * LSE = m·scale + ln l; a row that saw no key gets O = 0 and LSE = -inf. */
+ * O / l (the lane's columns 8 j + 2 (lane % 4) + {0, 1}, j < OT, those < D) and the LSE; a row
+ * that saw no key gets O = 0. */
 template <int OT>
 KILN_DEVICE void store_row(const kiln_attn_args &p, int b, int h, int row, float m, float l, float sl2,
                            const float (&o)[OT][4], int r, int lane) {
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  l = row_sum4(l);
+  store_lse(p, b, h, row, m, l, sl2, lane);
   if (row >= p.sq) return;
   const int dt = p.o_dtype;
   const float inv = l > 0.f ? 1.f / l : 0.f;
@@ -134,8 +147,6 @@ KILN_DEVICE void store_row(const kiln_attn_args &p, int b, int h, int row, float
       kiln_store_from_f32(orow, col + 1, dt, o[j][2 * r + 1] * inv); /* D % 8 == 0: col + 1 < D */
     }
   }
-  if (p.lse && lane % 4 == 0)
-    p.lse[b * p.lse_bs + h * p.lse_hs + row] = l > 0.f ? (m * sl2 + log2f(l)) * 0.6931471805599453f : -INFINITY;
 }
 
 constexpr float LOG2E = 1.4426950408889634f;

@@ -69,7 +69,7 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
     for (int i = 0; i < DP / 2; i++) dk[i] = dv[i] = 0.f;
     const float sl2 = p.scale * LOG2E;
     const int key0 = k0 + 64 * cw + 16 * warp + lane / 4; /* this lane's keys: key0, key0 + 8 */
-    const uint8_t *skw = sk + cw * 64 * 128, *svw = sv + cw * 64 * 128;
+    uint8_t *skw = sk + cw * 64 * 128, *svw = sv + cw * 64 * 128;
     mbar_wait(kv_full, 0);
     for (int step = 0; step < steps; step++) {
       const int s = step % STAGES, h = hk * group + step / per_head, q0 = (qb_first + step % per_head) * BM;
@@ -138,13 +138,14 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
       wgmma_wait<0>();
       if (t == 0) mbar_arrive(&empty[s]);
     }
-    const int r0 = k0 + 64 * cw + 16 * warp;
+    /* dK·scale and dV through this warpgroup's rows of the K and V tiles */
+    const int r0 = k0 + 64 * cw;
     if (p.dk)
-      store_rows<DP / 8>(dk4, p.dk, b * p.dk_bs + hk * p.dk_hs, p.dk_ss, p.dk_ds, p.dk_dtype, r0, p.sk, 0, p.d,
-                         p.scale, lane);
+      store_acc<DP, BN, BF16>(dk4, p.scale, skw, p.dk, p.dk_dtype, b * p.dk_bs + hk * p.dk_hs, p.dk_bs, p.dk_hs,
+                              p.dk_ss, p.dk_ds, r0, p.sk, p.d, cw, t);
     if (p.dv)
-      store_rows<DP / 8>(dv4, p.dv, b * p.dv_bs + hk * p.dv_hs, p.dv_ss, p.dv_ds, p.dv_dtype, r0, p.sk, 0, p.dv_dim,
-                         1.f, lane);
+      store_acc<DP, BN, BF16>(dv4, 1.f, svw, p.dv, p.dv_dtype, b * p.dv_bs + hk * p.dv_hs, p.dv_bs, p.dv_hs,
+                              p.dv_ss, p.dv_ds, r0, p.sk, p.dv_dim, cw, t);
   }
 #else
   (void)p, (void)map_q, (void)map_k, (void)map_v, (void)map_do;
@@ -189,7 +190,7 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
     const int row0 = q0 + 64 * cw + 16 * warp + lane / 4; /* this lane's rows: row0, row0 + 8 */
     float lse2[2], delta[2];
     row_stats(p, b, h, row0, lse2, delta);
-    const uint8_t *sqw = sq + cw * 64 * 128, *sdow = sdo + cw * 64 * 128;
+    uint8_t *sqw = sq + cw * 64 * 128, *sdow = sdo + cw * 64 * 128;
     mbar_wait(qdo_full, 0);
     for (int blk = 0; blk < nblocks; blk++) {
       const int s = blk % STAGES, kb = blk * BN;
@@ -232,8 +233,9 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
       wgmma_wait<0>();
       if (t == 0) mbar_arrive(&empty[s]);
     }
-    store_rows<DP / 8>(acc4, p.dq, b * p.dq_bs + h * p.dq_hs, p.dq_ss, p.dq_ds, p.dq_dtype, q0 + 64 * cw + 16 * warp,
-                       p.sq, 0, p.d, p.scale, lane);
+    /* dQ·scale through this warpgroup's rows of the Q tile */
+    store_acc<DP, BM, BF16>(acc4, p.scale, sqw, p.dq, p.dq_dtype, b * p.dq_bs + h * p.dq_hs, p.dq_bs, p.dq_hs,
+                            p.dq_ss, p.dq_ds, q0 + 64 * cw, p.sq, p.d, cw, t);
   }
 #else
   (void)p, (void)map_q, (void)map_k, (void)map_v, (void)map_do;

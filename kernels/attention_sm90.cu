@@ -169,8 +169,23 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
       wgmma_wait<0>();
       if (t == 0) mbar_arrive(&empty[(nblocks - 1) % STAGES]);
     }
+    /* O / l through this warpgroup's rows of the Q tile (its last Q·Kᵀ retired) where O takes it */
+    if (stages_out<BF16>(p.o, p.o_dtype, p.o_bs, p.o_hs, p.o_ss, p.o_ds)) {
+      float inv[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) store_row(p, b, h, row0 + 8 * r, m[r], l[r], sl2, o4, r, lane);
+      for (int r = 0; r < 2; r++) {
+        l[r] = row_sum4(l[r]);
+        store_lse(p, b, h, row0 + 8 * r, m[r], l[r], sl2, lane);
+        inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
+      }
+      const int first = q0 + 64 * cw;
+      store_staged<DP, BM, BF16>(o4, inv, sq + cw * 64 * 128,
+                                 (char *)p.o + (b * p.o_bs + h * p.o_hs + (int64_t)first * p.o_ss) * 2, p.o_ss,
+                                 p.sq - first, p.d, cw, t);
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; r++) store_row(p, b, h, row0 + 8 * r, m[r], l[r], sl2, o4, r, lane);
+    }
   }
 #else
   (void)p, (void)map_q, (void)map_k, (void)map_v;

@@ -130,6 +130,67 @@ KILN_DEVICE void named_arrive(int id, int count) {
 }
 /* All 256 threads of the two consumer warpgroups (barrier 1; 2 and 3 are the forward's turns). */
 KILN_DEVICE void consumers_sync() { named_sync(1, 256); }
+/* The 128 threads of consumer warpgroup cw (barriers 4 and 5). */
+KILN_DEVICE void warpgroup_sync(int cw) { named_sync(4 + cw, 128); }
+
+/* Whether a result tensor takes the staged epilogue below: the kernel's 16-bit dtype, contiguous
+ * rows (stride 1 along D) and 16-byte aligned data and row starts. */
+template <bool BF16>
+KILN_DEVICE bool stages_out(const void *out, int dt, int64_t bs, int64_t hs, int64_t ss, int64_t ds) {
+  return dt == (BF16 ? KILN_DT_BF16 : KILN_DT_F16) && ds == 1 && (((uintptr_t)out | (uintptr_t)((bs | hs | ss) * 2)) & 15) == 0;
+}
+
+/* Epilogue of a warpgroup's 64 x DP accumulator (lane holds rows 16·warp + lane/4 and + 8, columns
+ * 8j + 2(lane%4) + {0, 1}) through shared memory: row r's values times mul[r], rounded to 16 bits,
+ * go into `stage` (the warpgroup's 64 rows of a tile of TROWS rows, DP / 64 boxes of 128-byte rows,
+ * whose wgmma reads have all retired), then leave as 16-byte stores, eight threads per 128-byte row
+ * segment. Written straight from the accumulator layout, each 32-byte sector of O took four 2-byte
+ * stores from four instructions; at S = 128 those writes were as many L2 requests as all the
+ * TMA loads (ncu: 8.1 M sectors into L2 for 2.1 M of O, L2 77 % busy, DRAM 33 %).
+ * Shared memory: unit u (16 bytes) of row r sits at unit u ^ (r % 8), so the writes (eight rows
+ * x four lanes per instruction) and the reads (a row's eight units per eight lanes) are free of
+ * bank conflicts. out: row 0 of the warpgroup (row stride ss elements); rows: how many of the 64
+ * exist (may be <= 0); cols: the columns to store (a multiple of 8). Every thread of the
+ * warpgroup calls it (two warpgroup barriers). */
+template <int DP, int TROWS, bool BF16>
+KILN_DEVICE void store_staged(const float (&acc)[DP / 8][4], const float (&mul)[2], uint8_t *stage, char *out,
+                              int64_t ss, int rows, int cols, int cw, int t) {
+  const int warp = t / 32, lane = t % 32;
+  warpgroup_sync(cw); /* every warp's last reads of `stage` have retired */
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int row = 16 * warp + lane / 4 + 8 * r;
+#pragma unroll
+    for (int j = 0; j < DP / 8; j++) {
+      uint8_t *dst = stage + (j / 8) * TROWS * 128 + row * 128 + (((j % 8) ^ (row % 8)) * 16) + (lane % 4) * 4;
+      *reinterpret_cast<uint32_t *>(dst) = pack2<BF16>(acc[j][2 * r] * mul[r], acc[j][2 * r + 1] * mul[r]);
+    }
+  }
+  warpgroup_sync(cw);
+  constexpr int UNITS = DP / 8; /* 16-byte units per row */
+#pragma unroll
+  for (int k = 0; k < 64 * UNITS / 128; k++) {
+    const int i = t + 128 * k, row = i / UNITS, u = i % UNITS;
+    const uint4 v =
+        *reinterpret_cast<const uint4 *>(stage + (u / 8) * TROWS * 128 + row * 128 + (((u % 8) ^ (row % 8)) * 16));
+    if (row < rows && 8 * u < cols) *reinterpret_cast<uint4 *>(out + ((int64_t)row * ss + 8 * u) * 2) = v;
+  }
+}
+
+/* A warpgroup's 64 x DP accumulator as rows r0 .. r0 + 63 (those < nrows) and columns < cols of
+ * a result (element `base` is row 0; strides bs, hs, ss, ds; dtype dt), times mul: through
+ * `stage` (store_staged) where the result takes it, else element by element. */
+template <int DP, int TROWS, bool BF16>
+KILN_DEVICE void store_acc(const float (&acc)[DP / 8][4], float mul, uint8_t *stage, void *out, int dt, int64_t base,
+                           int64_t bs, int64_t hs, int64_t ss, int64_t ds, int r0, int nrows, int cols, int cw, int t) {
+  if (stages_out<BF16>(out, dt, bs, hs, ss, ds)) {
+    const float m2[2] = {mul, mul};
+    store_staged<DP, TROWS, BF16>(acc, m2, stage, (char *)out + (base + (int64_t)r0 * ss) * 2, ss, nrows - r0, cols,
+                                  cw, t);
+  } else {
+    store_rows<DP / 8>(acc, out, base, ss, ds, dt, r0 + 16 * (t / 32), nrows, 0, cols, mul, t % 32);
+  }
+}
 #endif
 
 } /* namespace attn */
