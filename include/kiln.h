@@ -525,7 +525,7 @@ KILN_API kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x,
 typedef enum kiln_attention_algo {
   KILN_ATTENTION_AUTO = 0,  /* the CPU path on a CPU context; on a GPU FLASH, or SMEM where the
                              * short-sequence kernel measured faster (sm_90: D <= 64 with
-                             * Sk <= 1024, or causal Sk <= 2048; D <= 128 causal with Sk <= 512) */
+                             * Sk <= 512, or causal Sk <= 1024; D <= 128 causal with Sk <= 128) */
   KILN_ATTENTION_SMEM = 1,  /* the short-sequence kernel: sm_90a, wgmma + TMA, 64 query rows per
                              * block and two blocks per SM, so that one block's loads overlap the
                              * other's MMAs when a query tile has few key blocks; any Sk; same

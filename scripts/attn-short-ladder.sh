@@ -45,5 +45,7 @@ build s1 . "" ""
 # (docs/performance.md), the patch frees Q per warp
 build persist 5f5a057 scripts/rungs/attn-short-persist.patch ""
 # persist-q2: persist with two Q slots, the next tile's Q loading while this one runs (D = 64: ring
-# of 2 x 128 keys); predicted to approach the DRAM floor at S = 128 (56 µs against 155-162)
+# of 2 x 128 keys); predicted to approach the DRAM floor at S = 128 (56 µs against 155-162),
+# measured 4-6 % faster there and 5-20 % slower from S = 512 (the stores, not the loads, were the
+# critical path: docs/performance.md)
 build persist-q2 5f5a057 "scripts/rungs/attn-short-persist.patch scripts/rungs/attn-short-persist-q2.patch" ""

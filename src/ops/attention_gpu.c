@@ -158,13 +158,14 @@ static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const k
 typedef enum family { FAMILY_WGMMA, FAMILY_MMA_SYNC, FAMILY_SIMT } family;
 
 /* AUTO's choice between the sm_90a forward's two configurations, from same-call H200
- * measurements (docs/performance.md, "Short sequences"): at D = 64 the short-sequence one (two
- * blocks per SM) ran 4-20 % faster up to Sk = 1024 and 6-7 % faster causal at 2048 (even at
- * 8192 causal, slower not causal); at D = 128 its ring is smaller (2 x 64 keys against
- * 3 x 128) and it won only causal, up to Sk = 512. */
+ * measurements with the staged epilogue (docs/performance.md, "Stores through shared memory"):
+ * at D = 64 the short-sequence one (two blocks per SM) ran 5-9 % faster up to Sk = 512 and 5-7 %
+ * faster causal up to 1024 (2 % slower at 1024, 4-6 % slower at 2048); at D = 128 its ring is
+ * smaller (2 x 64 keys against 3 x 128) and it won only causal at Sk = 128 (10 %; even at 256,
+ * 1-21 % slower beyond). */
 static bool short_wins(const kiln_attn_args *a) {
-  if (padded_dim(a->d) == 64) return a->sk <= 1024 || (a->causal && a->sk <= 2048);
-  return a->causal && a->sk <= 512;
+  if (padded_dim(a->d) == 64) return a->sk <= 512 || (a->causal && a->sk <= 1024);
+  return a->causal && a->sk <= 128;
 }
 
 /* FLASH and AUTO: WGMMA where it fits, else MMA_SYNC where the tensor cores can take the problem,
