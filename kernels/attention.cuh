@@ -113,6 +113,12 @@ KILN_DEVICE void rescale(float (&o)[OT][4], const float (&corr)[2]) {
   }
 }
 
+/* Whether the rows of a [B, H, S, D] tensor of dtype dt are 16-bit, contiguous along D and
+ * 16-byte aligned at every row start, i.e. can be read or written 16 bytes (8 elements) at a time. */
+KILN_DEVICE bool rows_vec16(const void *base, int dt, int64_t bs, int64_t hs, int64_t ss, int64_t ds) {
+  return dt != KILN_DT_F32 && ds == 1 && (((uintptr_t)base | (uintptr_t)((bs | hs | ss) * 2)) & 15) == 0;
+}
+
 /* l summed over the 4 lanes that share a row (every lane must call). */
 KILN_DEVICE float row_sum4(float l) {
   l += __shfl_xor_sync(0xffffffffu, l, 1);

@@ -47,11 +47,6 @@ KILN_DEVICE void load8_f32(const void *base, int64_t i, int dt, float (&v)[8]) {
   }
 }
 
-/* Whether rows of a 16-bit tensor (stride 1 along D) can be read 16 bytes at a time. */
-KILN_DEVICE bool rows_vec16(const void *base, int dt, int64_t bs, int64_t hs, int64_t ss, int64_t ds) {
-  return dt != KILN_DT_F32 && ds == 1 && (((uintptr_t)base | (uintptr_t)((bs | hs | ss) * 2)) & 15) == 0;
-}
-
 /* 1. delta_i = Σ_d dO[i, d]·O[i, d] in f32, DELTA_LANES threads per row: a block holds
  * DELTA_ROWS rows of one head (grid: row tiles x query heads x batch, so no index division).
  * 16-bit O and dO with contiguous, 16-byte aligned rows are read 16 bytes per thread; anything

@@ -133,11 +133,11 @@ KILN_DEVICE void consumers_sync() { named_sync(1, 256); }
 /* The 128 threads of consumer warpgroup cw (barriers 4 and 5). */
 KILN_DEVICE void warpgroup_sync(int cw) { named_sync(4 + cw, 128); }
 
-/* Whether a result tensor takes the staged epilogue below: the kernel's 16-bit dtype, contiguous
- * rows (stride 1 along D) and 16-byte aligned data and row starts. */
+/* Whether a result tensor takes the staged epilogue below: the kernel's own 16-bit dtype and
+ * rows_vec16's layout. */
 template <bool BF16>
 KILN_DEVICE bool stages_out(const void *out, int dt, int64_t bs, int64_t hs, int64_t ss, int64_t ds) {
-  return dt == (BF16 ? KILN_DT_BF16 : KILN_DT_F16) && ds == 1 && (((uintptr_t)out | (uintptr_t)((bs | hs | ss) * 2)) & 15) == 0;
+  return dt == (BF16 ? KILN_DT_BF16 : KILN_DT_F16) && rows_vec16(out, dt, bs, hs, ss, ds);
 }
 
 /* Epilogue of a warpgroup's 64 x DP accumulator (lane holds rows 16·warp + lane/4 and + 8, columns
