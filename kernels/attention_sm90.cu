@@ -57,7 +57,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
   constexpr int Q_BYTES = BM * DP * 2, KV_BYTES = BN * DP * 2;
   constexpr bool PINGPONG = KILN_ATTN_PINGPONG && NC == 2;
   static_assert(DP == 64 || DP == 128, "wgmma tiles for head dims padded to 64 or 128");
-  static_assert(NC == 1 || NC == 2, "one or two consumer warpgroups");
+  static_assert(NC >= 1 && NC <= 3, "one to three consumer warpgroups");
   static_assert(SMEM_BYTES >= Q_BYTES + STAGES * 2 * KV_BYTES + 1024 + (1 + 3 * STAGES) * 8,
                 "smem budget");
   extern __shared__ uint8_t smem_raw[];
@@ -78,7 +78,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
       produce<DP, BM, BN, STAGES, 1>(sq, map_q, map_q, q0, h, b, q_full, ring, map_k, map_v, k_full, v_full, empty,
                                      nblocks, [&](int blk, int &row, int &head) { row = blk * BN, head = hk; });
   } else { /* consumers */
-    consumer_registers<232>();
+    consumer_registers<NC == 3 ? 160 : 232>(); /* 4 x 32 x 24 + 12 x 32 x 160 <= 64 K registers */
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
     float o[DP / 2], sc[BN / 2];
     auto &o4 = *reinterpret_cast<float(*)[DP / 8][4]>(o);
@@ -197,7 +197,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 } /* namespace kiln */
 
 /* One forward kernel: `threads` threads, `blocks` of them per SM, the configuration's template
- * arguments. FLASH: 3 warpgroups, one block per SM; SMEM (short sequences): 2 warpgroups, two
+ * arguments. FLASH: 1 + KILN_ATTN_WG_NC(dp) warpgroups, one block per SM; SMEM (short sequences): 2 warpgroups, two
  * blocks per SM. */
 #define KILN_ATTN_FWD_ENTRY(name, bf16, dp, threads, blocks, nc, bn, stages, smem)                              \
   extern "C" __global__ void __launch_bounds__(threads, blocks)                                               \
@@ -206,8 +206,8 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
     kiln::attn::forward_sm90<bf16, dp, nc, bn, stages, smem>(args, &map_q, &map_k, &map_v);                    \
   }
 #define KILN_ATTN_WG_ENTRY(name, bf16, dp)                                                                   \
-  KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_WG_THREADS, 1, 2, KILN_ATTN_WG_BN, KILN_ATTN_WG_STAGES(dp),    \
-                      KILN_ATTN_WG_SMEM_BYTES(dp))
+  KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_WG_FWD_THREADS(dp), 1, KILN_ATTN_WG_NC(dp), KILN_ATTN_WG_BN,   \
+                      KILN_ATTN_WG_STAGES(dp), KILN_ATTN_WG_SMEM_BYTES(dp))
 #define KILN_ATTN_SH_ENTRY(name, bf16, dp)                                                                   \
   KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_SH_THREADS, 2, 1, KILN_ATTN_SH_BN(dp), KILN_ATTN_SH_STAGES(dp), \
                       KILN_ATTN_SH_SMEM_BYTES(dp))

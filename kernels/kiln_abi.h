@@ -199,7 +199,7 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_SMEM_BYTES(dp) ((KILN_ATTN_BR(dp) + 4 * KILN_ATTN_BC(dp)) * ((dp) + KILN_GEMM_PAD) * 2)
 
 /* The sm_90a FLASH forward (kernels/attention_sm90.cu), head dims padded to 64 or 128: 3
- * warpgroups (a TMA producer, two consumers of 64 query rows) own WG_BM = 128 query rows and walk
+ * warpgroups (a TMA producer, two consumers of 64 query rows) own WG_FWD_BM = 128 query rows and walk
  * the keys in blocks of WG_BN = 128 through a ring of WG_STAGES K/V slots. Shared memory: the Q
  * tile, the ring, 1 KB of alignment slack and the mbarriers (225 KB for D = 128, 145 KB for 64). */
 #ifndef KILN_ATTN_PINGPONG /* 0: the consumer warpgroups issue MMAs whenever ready (tuning experiments) */
@@ -209,8 +209,17 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_WG_BN 128
 #define KILN_ATTN_WG_THREADS 384
 #define KILN_ATTN_WG_STAGES(dp) ((dp) <= 64 ? 4 : 3)
+/* The forward's consumer warpgroups (64 query rows each): 2 with ping-pong; at D = 64 a tuning
+ * build may take 3 (192-row tiles, no ping-pong, 160 registers per consumer thread), so that the
+ * softmax of two warpgroups overlaps the third's products (scripts/attn-fwd-ladder.sh). */
+#ifndef KILN_ATTN_WG_NC_D64
+#define KILN_ATTN_WG_NC_D64 2
+#endif
+#define KILN_ATTN_WG_NC(dp) ((dp) <= 64 ? KILN_ATTN_WG_NC_D64 : 2)
+#define KILN_ATTN_WG_FWD_BM(dp) (64 * KILN_ATTN_WG_NC(dp))
+#define KILN_ATTN_WG_FWD_THREADS(dp) (128 * (1 + KILN_ATTN_WG_NC(dp)))
 #define KILN_ATTN_WG_SMEM_BYTES(dp)                                                                   \
-  ((KILN_ATTN_WG_BM + 2 * KILN_ATTN_WG_STAGES(dp) * KILN_ATTN_WG_BN) * (dp) * 2 + 1024 +              \
+  ((KILN_ATTN_WG_FWD_BM(dp) + 2 * KILN_ATTN_WG_STAGES(dp) * KILN_ATTN_WG_BN) * (dp) * 2 + 1024 +      \
    (1 + 3 * KILN_ATTN_WG_STAGES(dp)) * 8)
 
 /* The sm_90a short-sequence forward (algo SMEM; the same kernel as the FLASH forward, configured

@@ -208,9 +208,10 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
                         (uint32_t)KILN_ATTN_SH_BN(dp), false, stream);
   if (f == FAMILY_WGMMA)
     return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a),
-                        (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
-                        KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp), KILN_ATTN_WG_BM,
-                        KILN_ATTN_WG_BN, false, stream);
+                        (unsigned)((a->sq + KILN_ATTN_WG_FWD_BM(dp) - 1) / KILN_ATTN_WG_FWD_BM(dp)),
+                        (unsigned)a->hq, (unsigned)KILN_ATTN_WG_FWD_THREADS(dp),
+                        (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp), (uint32_t)KILN_ATTN_WG_FWD_BM(dp), KILN_ATTN_WG_BN,
+                        false, stream);
   const kiln_kernel_id kernel = family_kernel(KILN_K_ATTN_FWD_f16_D64, KILN_K_ATTN_FWD_bf16_D64, a);
   kiln_attn_args args = *a;
   void *params[] = {&args};

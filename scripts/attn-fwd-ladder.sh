@@ -1,0 +1,35 @@
+#!/bin/sh
+# The sm_90a FLASH forward's configurations (kernels/attention_sm90.cu): builds kiln once per rung
+# (sm_90a only, no tests) into build-ladder/fwd-NAME and copies the library and kiln-bench into
+# build-ladder/slim/fwd-NAME (~13 MB each, several fit one carry); then one GPU call benchmarks
+# them side by side against SDPA:
+#   scripts/attn-fwd-ladder.sh [RUNG...]   # here; then on the GPU:
+#   python3 scripts/bench_sdpa.py --quick --dtype all > sdpa.txt
+#   for d in build-ladder/slim/fwd-*; do LD_LIBRARY_PATH=$d $d/tools/kiln-bench attention --quick \
+#     --dtype all --algo wgmma --peer sdpa.txt; done
+# A rung's tests: a build with tests and the same KILN_TUNE_DEFS,
+#   cmake -S . -B build-ladder/full-NAME -DKILN_CUDA_ARCHS=90a -DKILN_PTX_ARCH= "-DKILN_TUNE_DEFS=DEFS"
+#   cmake --build build-ladder/full-NAME -j2 --target test_gpu_attention kiln-bench
+# then test_gpu_attention (and compute-sanitizer racecheck of it) from there on the GPU.
+# docs/performance.md records what each rung predicted and measured.
+set -e
+cd "$(dirname "$0")/.."
+WANT="$*"
+. scripts/ladder-lib.sh
+build() {
+  name=$1
+  defs=$2
+  ladder_wanted "$name" || return 0
+  ladder_build "build-ladder/fwd-$name" "$defs" --target kiln-bench
+  dest=build-ladder/slim/fwd-$name
+  ladder_slim "build-ladder/fwd-$name" "$dest"
+  echo "built $dest ($defs): $(du -sh "$dest" | cut -f1)"
+}
+# f2 (main): two consumer warpgroups of 64 query rows with ping-pong, 128-row tiles
+build f2 ""
+# nc3: at D = 64 three consumer warpgroups (192-row tiles, no ping-pong, 160 registers each after
+# setmaxnreg; ptxas: 128 at entry, 0 spills). At D = 64 the softmax's exp2 (16 per clock per SM)
+# takes about as long as a step's products, so one warpgroup's products overlapping two others'
+# softmax should lift the forward (1.29-1.48x SDPA flash, 420-435 TFLOP/s at S = 8192) towards
+# FlashAttention-3's D = 64 figures; predicted +10-15 %, NOT YET RUN
+build nc3 "KILN_ATTN_WG_NC_D64=3"
