@@ -11,14 +11,9 @@ set -e
 cd "$(dirname "$0")/.."
 WANT="$*"
 . scripts/ladder-lib.sh
-build() {
-  name=$1
-  defs=$2
-  ladder_wanted "$name" || return 0
-  ladder_build "build-ladder/attn-$name" "$defs" --target kiln-bench
-  dest=build-ladder/slim/attn-$name
-  ladder_slim "build-ladder/attn-$name" "$dest"
-  echo "built $dest ($defs): $(du -sh "$dest" | cut -f1)"
+build() { # NAME DEFS
+  ladder_wanted "$1" || return 0
+  ladder_rung "attn-$1" "$2"
 }
 # b3 (default): dK/dV 128 query rows a step at D = 64, 64 at 128; dQ 128 keys a step at D = 64,
 #     64 at 128; 2 ring stages (measured 0-2 % ahead of 4)

@@ -16,14 +16,9 @@ set -e
 cd "$(dirname "$0")/.."
 WANT="$*"
 . scripts/ladder-lib.sh
-build() {
-  name=$1
-  defs=$2
-  ladder_wanted "$name" || return 0
-  ladder_build "build-ladder/fwd-$name" "$defs" --target kiln-bench
-  dest=build-ladder/slim/fwd-$name
-  ladder_slim "build-ladder/fwd-$name" "$dest"
-  echo "built $dest ($defs): $(du -sh "$dest" | cut -f1)"
+build() { # NAME DEFS
+  ladder_wanted "$1" || return 0
+  ladder_rung "fwd-$1" "$2"
 }
 # f2 (main): two consumer warpgroups of 64 query rows with ping-pong, 128-row tiles
 build f2 ""

@@ -34,9 +34,7 @@ build() {
       for patch in $patches; do (cd "$src" && git apply "$root/$patch"); done
     fi
   fi
-  (cd "$src" && ladder_build "$root/build-ladder/short-$name" "$defs" --target kiln-bench)
-  ladder_slim "build-ladder/short-$name" "build-ladder/slim/short-$name"
-  echo "built build-ladder/slim/short-$name ($commit $defs): $(du -sh "build-ladder/slim/short-$name" | cut -f1)"
+  ladder_rung "short-$name" "$defs" "$src"
 }
 # s1 (main): one query tile of 64 rows per block, two blocks per SM
 build s1 . "" ""

@@ -1,10 +1,12 @@
-# Sourced by the ladder scripts (scripts/gemm-ladder.sh, scripts/attn-bwd-ladder.sh): one kiln
+# Sourced by the ladder scripts (scripts/*-ladder.sh): one kiln
 # build per rung, sm_90a only and without tests to keep the builds short.
 #   ladder_wanted NAME            true when the script's arguments ($WANT) name NAME, or none
 #   ladder_build DIR DEFS [ARGS]  configures DIR with KILN_TUNE_DEFS=DEFS and builds it (ARGS go
 #                                 to cmake --build, e.g. --target kiln-bench)
 #   ladder_slim DIR DEST          copies DIR's libkiln and kiln-bench into DEST (~13 MB: several
 #                                 rungs fit the device tool's 64 MiB carry together)
+#   ladder_rung NAME DEFS [SRC]   kiln-bench built from SRC (default: this tree) into
+#                                 build-ladder/NAME, slimmed into build-ladder/slim/NAME
 ladder_wanted() {
   [ -z "$WANT" ] && return 0
   case " $WANT " in *" $1 "*) return 0 ;; *) return 1 ;; esac
@@ -20,4 +22,10 @@ ladder_slim() {
   rm -rf "$2" && mkdir -p "$2/tools"
   cp -a "$1"/libkiln.so* "$2/"
   cp "$1/tools/kiln-bench" "$2/tools/"
+}
+ladder_rung() {
+  _rung_root=$(pwd)
+  (cd "${3:-.}" && ladder_build "$_rung_root/build-ladder/$1" "$2" --target kiln-bench)
+  ladder_slim "build-ladder/$1" "build-ladder/slim/$1"
+  echo "built build-ladder/slim/$1 (${3:-.} $2): $(du -sh "build-ladder/slim/$1" | cut -f1)"
 }

@@ -158,7 +158,8 @@ static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const k
 typedef enum family { FAMILY_WGMMA, FAMILY_MMA_SYNC, FAMILY_SIMT } family;
 
 /* AUTO's choice between the sm_90a forward's two configurations, from same-call H200
- * measurements with the staged epilogue (docs/performance.md, "Stores through shared memory"):
+ * measurements with the staged epilogue (docs/performance.md, "Attention results through shared
+ * memory"):
  * at D = 64 the short-sequence one (two blocks per SM) ran 5-9 % faster up to Sk = 512 and 5-7 %
  * faster causal up to 1024 (2 % slower at 1024, 4-6 % slower at 2048); at D = 128 its ring is
  * smaller (2 x 64 keys against 3 x 128) and it won only causal at Sk = 128 (10 %; even at 256,
