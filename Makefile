@@ -69,8 +69,8 @@ fuzz: deps
 
 # Every benchmark against its peer (cuBLAS; PyTorch SDPA when python3 has torch): one summary table,
 # $(BUILD)/bench/bench.json (logs and per-command JSON beside it), docs/perf.png (with matplotlib)
-# and the generated section of docs/performance.md. KILN_BENCH_QUICK=1: fewer shapes, ~8 minutes
-# on an H200. Without a GPU it stops after the first command and says so. bench-run: the same on
+# and the generated section of docs/performance.md. KILN_BENCH_QUICK=1: fewer shapes (the
+# benchmarks took 61 s on an H200, 2026-12-03, after the build). Without a GPU it stops after the first command and says so. bench-run: the same on
 # an existing build (a build directory carried to the GPU machine).
 BENCH_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 

@@ -5,7 +5,7 @@
 # CUDA) and attention against it. Each writes OUT_DIR/<name>.json (its rows) and OUT_DIR/<name>.txt
 # (its output; for sdpa the peer file itself, its stderr in sdpa.err). One that fails or times
 # out does not stop the others; OUT_DIR/status.txt keeps "name exit_status seconds" per run for
-# scripts/bench_report.py. --quick sizes the whole run for ~8 minutes on an H200.
+# scripts/bench_report.py. --quick: fewer shapes (61 s of benchmarks on an H200, 2026-12-03).
 #   KILN_BENCH_<NAME>_ARGS      more options for one subcommand, e.g.
 #                               KILN_BENCH_MATMUL_ARGS="--algo all --dtype all"
 #   KILN_BENCH_ATTENTION_DTYPE  f16 (default), bf16 or all: SDPA and kiln must time the same cases
