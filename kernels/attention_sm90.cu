@@ -46,8 +46,8 @@ namespace kiln {
 namespace attn {
 
 /* NC consumer warpgroups of 64 query rows (BM = 64·NC), key blocks of BN, a ring of STAGES slots,
- * shared memory SMEM_BYTES: the FLASH configuration (NC = 2, ping-pong) and the short-sequence one
- * (NC = 1, two blocks per SM; see kiln_abi.h). */
+ * shared memory SMEM_BYTES: the FLASH configuration (NC = 2, ping-pong), the wide D = 64 one (NC = 3)
+ * and the short-sequence one (NC = 1, two blocks per SM; see kiln_abi.h). */
 template <bool BF16, int DP, int NC, int BN, int STAGES, size_t SMEM_BYTES>
 __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUtensorMap *map_q, const CUtensorMap *map_k,
                                              const CUtensorMap *map_v) {
@@ -197,8 +197,8 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 } /* namespace kiln */
 
 /* One forward kernel: `threads` threads, `blocks` of them per SM, the configuration's template
- * arguments. FLASH: 1 + KILN_ATTN_WG_NC(dp) warpgroups, one block per SM; SMEM (short sequences): 2 warpgroups, two
- * blocks per SM. */
+ * arguments. FLASH: 3 warpgroups (4 in the wide D = 64 one), one block per SM; SMEM (short sequences): 2
+ * warpgroups, two blocks per SM. */
 #define KILN_ATTN_FWD_ENTRY(name, bf16, dp, threads, blocks, nc, bn, stages, smem)                              \
   extern "C" __global__ void __launch_bounds__(threads, blocks)                                               \
       name(const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                              \
@@ -206,8 +206,11 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
     kiln::attn::forward_sm90<bf16, dp, nc, bn, stages, smem>(args, &map_q, &map_k, &map_v);                    \
   }
 #define KILN_ATTN_WG_ENTRY(name, bf16, dp)                                                                   \
-  KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_WG_FWD_THREADS(dp), 1, KILN_ATTN_WG_NC(dp), KILN_ATTN_WG_BN,   \
+  KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_WG_THREADS, 1, KILN_ATTN_WG_BM / 64, KILN_ATTN_WG_BN,           \
                       KILN_ATTN_WG_STAGES(dp), KILN_ATTN_WG_SMEM_BYTES(dp))
+#define KILN_ATTN_WD_ENTRY(name, bf16)                                                                       \
+  KILN_ATTN_FWD_ENTRY(name, bf16, 64, KILN_ATTN_WD_THREADS, 1, KILN_ATTN_WD_BM / 64, KILN_ATTN_WG_BN,          \
+                      KILN_ATTN_WG_STAGES(64), KILN_ATTN_WD_SMEM_BYTES)
 #define KILN_ATTN_SH_ENTRY(name, bf16, dp)                                                                   \
   KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_SH_THREADS, 2, 1, KILN_ATTN_SH_BN(dp), KILN_ATTN_SH_STAGES(dp), \
                       KILN_ATTN_SH_SMEM_BYTES(dp))
@@ -215,6 +218,8 @@ KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_f16_d64, false, 64)
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_f16_d128, false, 128)
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_bf16_d64, true, 64)
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_bf16_d128, true, 128)
+KILN_ATTN_WD_ENTRY(kiln_attn_fwd_wide_f16_d64, false)
+KILN_ATTN_WD_ENTRY(kiln_attn_fwd_wide_bf16_d64, true)
 KILN_ATTN_SH_ENTRY(kiln_attn_fwd_short_f16_d64, false, 64)
 KILN_ATTN_SH_ENTRY(kiln_attn_fwd_short_f16_d128, false, 128)
 KILN_ATTN_SH_ENTRY(kiln_attn_fwd_short_bf16_d64, true, 64)

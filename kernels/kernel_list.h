@@ -46,6 +46,8 @@
 #define KILN_ATTN_WG_KERNELS_FOR(X, dt)                                                          \
   X(KILN_K_ATTN_FWD_WG_##dt##_D64, "kiln_attn_fwd_wgmma_" #dt "_d64", "attention_sm90")         \
   X(KILN_K_ATTN_FWD_WG_##dt##_D128, "kiln_attn_fwd_wgmma_" #dt "_d128", "attention_sm90")
+#define KILN_ATTN_WD_KERNELS_FOR(X, dt) /* the wide D = 64 configuration (kiln_abi.h) */      \
+  X(KILN_K_ATTN_FWD_WD_##dt##_D64, "kiln_attn_fwd_wide_" #dt "_d64", "attention_sm90")
 #define KILN_ATTN_SH_KERNELS_FOR(X, dt)                                                          \
   X(KILN_K_ATTN_FWD_SH_##dt##_D64, "kiln_attn_fwd_short_" #dt "_d64", "attention_sm90")         \
   X(KILN_K_ATTN_FWD_SH_##dt##_D128, "kiln_attn_fwd_short_" #dt "_d128", "attention_sm90")
@@ -99,6 +101,8 @@
   KILN_ATTN_KERNELS_FOR(X, bf16)                                 \
   KILN_ATTN_WG_KERNELS_FOR(X, f16)                               \
   KILN_ATTN_WG_KERNELS_FOR(X, bf16)                              \
+  KILN_ATTN_WD_KERNELS_FOR(X, f16)                               \
+  KILN_ATTN_WD_KERNELS_FOR(X, bf16)                              \
   KILN_ATTN_SH_KERNELS_FOR(X, f16)                               \
   KILN_ATTN_SH_KERNELS_FOR(X, bf16)                              \
   X(KILN_K_ATTN_BWD_DELTA, "kiln_attn_bwd_delta", "attention_bwd_sm80") \

@@ -199,7 +199,7 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_SMEM_BYTES(dp) ((KILN_ATTN_BR(dp) + 4 * KILN_ATTN_BC(dp)) * ((dp) + KILN_GEMM_PAD) * 2)
 
 /* The sm_90a FLASH forward (kernels/attention_sm90.cu), head dims padded to 64 or 128: 3
- * warpgroups (a TMA producer, two consumers of 64 query rows) own WG_FWD_BM = 128 query rows and walk
+ * warpgroups (a TMA producer, two consumers of 64 query rows) own WG_BM = 128 query rows and walk
  * the keys in blocks of WG_BN = 128 through a ring of WG_STAGES K/V slots. Shared memory: the Q
  * tile, the ring, 1 KB of alignment slack and the mbarriers (225 KB for D = 128, 145 KB for 64). */
 #ifndef KILN_ATTN_PINGPONG /* 0: the consumer warpgroups issue MMAs whenever ready (tuning experiments) */
@@ -209,18 +209,21 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_WG_BN 128
 #define KILN_ATTN_WG_THREADS 384
 #define KILN_ATTN_WG_STAGES(dp) ((dp) <= 64 ? 4 : 3)
-/* The forward's consumer warpgroups (64 query rows each): 2 with ping-pong; at D = 64 a tuning
- * build may take 3 (192-row tiles, no ping-pong, 160 registers per consumer thread), so that the
- * softmax of two warpgroups overlaps the third's products (scripts/attn-fwd-ladder.sh). */
-#ifndef KILN_ATTN_WG_NC_D64
-#define KILN_ATTN_WG_NC_D64 2
-#endif
-#define KILN_ATTN_WG_NC(dp) ((dp) <= 64 ? KILN_ATTN_WG_NC_D64 : 2)
-#define KILN_ATTN_WG_FWD_BM(dp) (64 * KILN_ATTN_WG_NC(dp))
-#define KILN_ATTN_WG_FWD_THREADS(dp) (128 * (1 + KILN_ATTN_WG_NC(dp)))
-#define KILN_ATTN_WG_SMEM_BYTES(dp)                                                                   \
-  ((KILN_ATTN_WG_FWD_BM(dp) + 2 * KILN_ATTN_WG_STAGES(dp) * KILN_ATTN_WG_BN) * (dp) * 2 + 1024 +      \
-   (1 + 3 * KILN_ATTN_WG_STAGES(dp)) * 8)
+/* Shared memory of an sm_90a forward configuration: the Q tile of bm rows, a ring of `stages`
+ * K and V slots of bn keys, 1 KB of alignment slack, the mbarriers (Q, and full / empty / P per slot). */
+#define KILN_ATTN_FWD_SMEM_BYTES(bm, bn, stages, dp)                                                   \
+  (((bm) + 2 * (stages) * (bn)) * (dp) * 2 + 1024 + (1 + 3 * (stages)) * 8)
+#define KILN_ATTN_WG_SMEM_BYTES(dp) KILN_ATTN_FWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_BN, KILN_ATTN_WG_STAGES(dp), dp)
+
+/* The wide D = 64 forward (opts.tile_m = 192, and AUTO / FLASH where wide_wins in
+ * attention_gpu.c): 4 warpgroups, three consumers of 64 query rows (WD_BM = 192), no ping-pong,
+ * 160 registers per consumer thread, FLASH's ring. At D = 64 a key block's exponentials take
+ * about as long as its matrix products (16 exp2 per clock per SM against 4096 FLOP), so two
+ * warpgroups' softmax overlapping the third's products keeps the tensor cores busier than two
+ * warpgroups taking turns (docs/performance.md, "The wide D = 64 forward"). */
+#define KILN_ATTN_WD_BM 192
+#define KILN_ATTN_WD_THREADS 512
+#define KILN_ATTN_WD_SMEM_BYTES KILN_ATTN_FWD_SMEM_BYTES(KILN_ATTN_WD_BM, KILN_ATTN_WG_BN, KILN_ATTN_WG_STAGES(64), 64)
 
 /* The sm_90a short-sequence forward (algo SMEM; the same kernel as the FLASH forward, configured
  * for a few key blocks per query tile): 2 warpgroups (a TMA producer, one consumer of SH_BM = 64
@@ -232,9 +235,8 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_SH_BN(dp) ((dp) <= 64 ? 128 : 64)
 #define KILN_ATTN_SH_THREADS 256
 #define KILN_ATTN_SH_STAGES(dp) ((dp) <= 64 ? 3 : 2)
-#define KILN_ATTN_SH_SMEM_BYTES(dp)                                                                   \
-  ((KILN_ATTN_SH_BM + 2 * KILN_ATTN_SH_STAGES(dp) * KILN_ATTN_SH_BN(dp)) * (dp) * 2 + 1024 +          \
-   (1 + 3 * KILN_ATTN_SH_STAGES(dp)) * 8)
+#define KILN_ATTN_SH_SMEM_BYTES(dp) \
+  KILN_ATTN_FWD_SMEM_BYTES(KILN_ATTN_SH_BM, KILN_ATTN_SH_BN(dp), KILN_ATTN_SH_STAGES(dp), dp)
 
 /* The sm_90a FLASH backward (kernels/attention_bwd_sm90.cu), head dims padded to 64 or 128, the
  * forward's 3 warpgroups; shared memory: two fixed tiles, a ring of WG_BWD_STAGES slots of two

@@ -22,9 +22,7 @@ build() { # NAME DEFS
 }
 # f2 (main): two consumer warpgroups of 64 query rows with ping-pong, 128-row tiles
 build f2 ""
-# nc3: at D = 64 three consumer warpgroups (192-row tiles, no ping-pong, 160 registers each after
-# setmaxnreg; ptxas: 128 at entry, 0 spills). At D = 64 the softmax's exp2 (16 per clock per SM)
-# takes about as long as a step's products, so one warpgroup's products overlapping two others'
-# softmax should lift the forward (1.29-1.48x SDPA flash, 420-435 TFLOP/s at S = 8192) towards
-# FlashAttention-3's D = 64 figures; predicted +10-15 %, NOT YET RUN
-build nc3 "KILN_ATTN_WG_NC_D64=3"
+# nc3 (three consumer warpgroups at D = 64, 192-row tiles) was a rung here (KILN_ATTN_WG_NC_D64=3),
+# measured 2026-12-03 against f2 and taken as the wide configuration: both are now in every build,
+# opts.tile_m = 128 | 192 picks one (kiln-bench attention --tile-m 128|192), so they are compared
+# in one build (docs/performance.md, "The wide D = 64 forward").

@@ -680,6 +680,7 @@ static void fwd_scale(void **state) {
   assert_true(def.scale == 0.0f);
   assert_int_equal(def.causal, 0);
   assert_int_equal(def.deterministic, 0);
+  assert_int_equal(def.tile_m, 0);
   kiln_context *ctx = cpu_ctx();
   test_seed(7);
   static const float scales[] = {0.3f, 1.0f, 2.5f, 8.0f, 40.0f};
@@ -1570,6 +1571,25 @@ static void err_opts(void **state) {
   o.deterministic = -1;
   assert_kiln_fails(fx_fwd(&f, FQ, FK, FV, FO, FL, &o), KILN_ERROR_INVALID_ARGUMENT,
                     "kiln_attention: opts->deterministic is -1");
+  /* tile_m: 0, or 128 / 192 with FLASH_WGMMA only (the backward checks it too) */
+  static const struct { kiln_attention_algo algo; int tile_m; const char *text; } bad_tiles[4] = {
+      {KILN_ATTENTION_AUTO, 128, "opts->tile_m is 128 with algo AUTO"},
+      {KILN_ATTENTION_FLASH, 192, "opts->tile_m is 192 with algo FLASH"},
+      {KILN_ATTENTION_FLASH_WGMMA, 64, "opts->tile_m is 64 with algo FLASH_WGMMA"},
+      {KILN_ATTENTION_FLASH_WGMMA, -1, "opts->tile_m is -1 with algo FLASH_WGMMA"}};
+  for (int i = 0; i < 4; i++) {
+    o = kiln_attention_opts_default();
+    o.algo = bad_tiles[i].algo, o.tile_m = bad_tiles[i].tile_m;
+    assert_kiln_fails(fx_fwd(&f, FQ, FK, FV, FO, FL, &o), KILN_ERROR_INVALID_ARGUMENT, "kiln_attention: ",
+                      bad_tiles[i].text, "expected 0 (the query tile chosen per problem), or with algo "
+                      "KILN_ATTENTION_FLASH_WGMMA 128 or 192 (192 for head dims <= 64)");
+    assert_kiln_fails(fx_bwd(&f, FQ, FK, FV, FO, FL, FDO, FDQ, FDK, FDV, &o), KILN_ERROR_INVALID_ARGUMENT,
+                      "kiln_attention_backward: ", bad_tiles[i].text);
+  }
+  o = kiln_attention_opts_default();
+  o.algo = KILN_ATTENTION_FLASH_WGMMA, o.tile_m = 192; /* valid, but a GPU algorithm */
+  assert_kiln_fails(fx_fwd(&f, FQ, FK, FV, FO, FL, &o), KILN_ERROR_UNSUPPORTED, "kiln_attention: ",
+                    "algo FLASH_WGMMA needs a CUDA device");
   /* the good values work: AUTO, a small positive scale, causal 1, deterministic 1 */
   o = kiln_attention_opts_default();
   o.scale = 1e-3f, o.causal = 1, o.deterministic = 1;

@@ -143,15 +143,16 @@ static const char *algo_name(kiln_attention_algo a) {
                                             : "AUTO";
 }
 
-/* Runs the case on the GPU with one algo and compares O (every element) and LSE. 1 = good. */
-static int run_case_algo(const acase *c, kiln_attention_algo algo) {
+/* Runs the case on the GPU with one algo (and opts.tile_m) and compares O (every element) and
+ * LSE. 1 = good. */
+static int run_case_tile(const acase *c, kiln_attention_algo algo, int tile_m) {
   char what[256];
   const int64_t Dv = case_dv(c);
   snprintf(what, sizeof what,
            "B%" PRId64 " Hq%" PRId64 " Hkv%" PRId64 " Sq%" PRId64 " Sk%" PRId64 " D%" PRId64 " Dv%" PRId64
-           " %s->%s%s%s %s",
+           " %s->%s%s%s %s tile_m %d",
            c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, Dv, dt_name(c->in), dt_name(c->out), c->causal ? " causal" : "",
-           layout_name(c->layout), algo_name(algo));
+           layout_name(c->layout), algo_name(algo), tile_m);
   t4 q, k, v, o, lse;
   t4_init(&q, c->B, c->Hq, c->Sq, c->D, c->in, c->layout);
   t4_init(&k, c->B, c->Hkv, c->Sk, c->D, c->in, c->layout);
@@ -165,6 +166,7 @@ static int run_case_algo(const acase *c, kiln_attention_algo algo) {
   opts.algo = algo;
   opts.causal = c->causal;
   opts.scale = c->scale;
+  opts.tile_m = tile_m;
   kiln_status st = kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &opts, g_stream);
   int ok = 1;
   if (st != KILN_OK) {
@@ -198,13 +200,16 @@ static int run_case_algo(const acase *c, kiln_attention_algo algo) {
   return ok;
 }
 
-/* Every case through each tensor-core kernel: the mma.sync one, and on sm_90 the two WGMMA
- * configurations where they apply (D <= 128): FLASH_WGMMA and SMEM's short-sequence one. AUTO's
- * picks are checked by `deterministic`. */
+static int run_case_algo(const acase *c, kiln_attention_algo algo) { return run_case_tile(c, algo, 0); }
+
+/* Every case through each tensor-core kernel: the mma.sync one, and on sm_90 the WGMMA
+ * configurations where they apply (D <= 128): FLASH_WGMMA's 128-row one, its wide 192-row one
+ * (D <= 64) and SMEM's short-sequence one. AUTO's picks are checked by `deterministic`. */
 static int run_case(const acase *c) {
   int failures = !run_case_algo(c, KILN_ATTENTION_FLASH_MMA_SYNC);
   if (g_wgmma && c->D <= 128)
-    failures += !run_case_algo(c, KILN_ATTENTION_FLASH_WGMMA) + !run_case_algo(c, KILN_ATTENTION_SMEM);
+    failures += !run_case_tile(c, KILN_ATTENTION_FLASH_WGMMA, 128) + !run_case_algo(c, KILN_ATTENTION_SMEM);
+  if (g_wgmma && c->D <= 64) failures += !run_case_tile(c, KILN_ATTENTION_FLASH_WGMMA, 192);
   return failures;
 }
 
@@ -283,14 +288,15 @@ static void fully_masked_rows(void **state) {
 }
 
 /* The same call gives the same bits every time, and an algo gives the bits of the kernel it
- * picks: on sm_90, AUTO runs SMEM's short-sequence kernel at D = 64 up to Sk = 512 (not causal)
- * and FLASH's (FLASH_WGMMA) beyond, at D = 128 (not causal) FLASH's; elsewhere AUTO, FLASH and
- * FLASH_MMA_SYNC run one kernel. */
+ * picks: on sm_90, AUTO runs SMEM's short-sequence kernel at D = 64 up to Sk = 512 (not causal),
+ * FLASH's 128-row one (FLASH_WGMMA, tile_m 128) beyond, its wide 192-row one at D = 64 from
+ * Sk = 4096 (not causal; the rule's threshold is lower), and at D = 128 (not causal) the 128-row
+ * one; elsewhere AUTO, FLASH and FLASH_MMA_SYNC run one kernel. */
 static void deterministic(void **state) {
   (void)state;
   test_seed(15);
-  const int64_t dims[3] = {64, 64, 128}, sks[3] = {500, 600, 300};
-  for (int c = 0; c < 3; c++) {
+  const int64_t dims[4] = {64, 64, 128, 64}, sks[4] = {500, 600, 300, 4096};
+  for (int c = 0; c < 4; c++) {
     const int64_t sk = sks[c], d = dims[c];
     t4 q, k, v, o;
     t4_init(&q, 1, 4, 300, d, TEST_F16, 0);
@@ -301,14 +307,15 @@ static void deterministic(void **state) {
     const size_t bytes = (size_t)o.n * 2;
     void *first = malloc(bytes);
     assert_non_null(first);
-    const int short_kernel = d == 64 && sk <= 512;
+    const int short_kernel = d == 64 && sk <= 512, wide_kernel = d == 64 && sk >= 4096;
     const kiln_attention_algo same[4] = {
         KILN_ATTENTION_AUTO, KILN_ATTENTION_AUTO,
         !g_wgmma ? KILN_ATTENTION_FLASH_MMA_SYNC : short_kernel ? KILN_ATTENTION_SMEM : KILN_ATTENTION_FLASH_WGMMA,
         g_wgmma && short_kernel ? KILN_ATTENTION_SMEM : KILN_ATTENTION_FLASH};
+    const int tiles[4] = {0, 0, same[2] == KILN_ATTENTION_FLASH_WGMMA ? (wide_kernel ? 192 : 128) : 0, 0};
     kiln_attention_opts opts = kiln_attention_opts_default();
     for (int i = 0; i < 4; i++) {
-      opts.algo = same[i];
+      opts.algo = same[i], opts.tile_m = tiles[i];
       test_poison(o.host, o.dt, o.n);
       t4_copy(&o, 1);
       assert_kiln_ok(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream));
@@ -365,6 +372,18 @@ static void refusals(void **state) {
     t4_init(&o256, 1, 1, 16, 256, TEST_F16, 0);
     assert_kiln_fails(kiln_attention(g_ctx, &q256.t, &q256.t, &q256.t, &o256.t, NULL, &opts, g_stream),
                       KILN_ERROR_UNSUPPORTED, "it takes head dims up to 128", "D is 256");
+    t4 q128, o128; /* the wide configuration (tile_m 192) is for head dims <= 64 */
+    t4_init(&q128, 1, 1, 16, 72, TEST_F16, 0);
+    t4_init(&o128, 1, 1, 16, 72, TEST_F16, 0);
+    opts.tile_m = 192;
+    assert_kiln_fails(kiln_attention(g_ctx, &q128.t, &q128.t, &q128.t, &o128.t, NULL, &opts, g_stream),
+                      KILN_ERROR_UNSUPPORTED, "kiln_attention: opts->tile_m is 192 but D is 72",
+                      "the wide sm_90a forward takes head dims <= 64", "use tile_m 0 or 128");
+    opts.tile_m = 128;
+    assert_kiln_ok(kiln_attention(g_ctx, &q128.t, &q128.t, &q128.t, &o128.t, NULL, &opts, g_stream));
+    assert_kiln_ok(kiln_stream_synchronize(g_ctx, g_stream));
+    opts.tile_m = 0;
+    t4_free(&q128), t4_free(&o128);
     t4_free(&q2), t4_free(&k2), t4_free(&v2), t4_free(&o2), t4_free(&q256), t4_free(&o256);
   }
   /* the tensor-core algos: D = 36 is not a multiple of 8 (FLASH and AUTO run it: cuda_core_*) */

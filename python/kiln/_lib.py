@@ -175,7 +175,7 @@ class kiln_qkv_opts(Structure):
 
 
 class kiln_attention_opts(Structure):
-    _fields_ = [("algo", c_int), ("scale", c_float), ("causal", c_int), ("deterministic", c_int)]
+    _fields_ = [("algo", c_int), ("scale", c_float), ("causal", c_int), ("deterministic", c_int), ("tile_m", c_int)]
 
 
 # ------------------------------------------------------------------------------------------------

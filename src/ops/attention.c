@@ -15,7 +15,9 @@
  *                     (a negative scale is almost surely a sign error; negate Q instead);
  *       causal        0 or 1;
  *       deterministic 0 or 1 (the forward checks it too, so one opts value serves both calls;
- *                     the CPU path is deterministic either way).
+ *                     the CPU path is deterministic either way);
+ *       tile_m        0, or with algo FLASH_WGMMA 128 or 192 (INVALID_ARGUMENT otherwise; 192 with a
+ *                     head dim above 64 is attention_gpu.c's UNSUPPORTED).
  *   - q, k, v, o (and dout, lse in the backward): kiln_check_tensor (non-NULL, device, dtype
  *     width, non-negative shape and strides, data). q, k, v share one dtype (float16, bfloat16
  *     or float32); o is q's dtype or float32; dout any of the three; dq/dk/dv float32 or q's
@@ -58,6 +60,7 @@ kiln_attention_opts kiln_attention_opts_default(void) {
   o.scale = 0.0f;
   o.causal = 0;
   o.deterministic = 0;
+  o.tile_m = 0;
   return o;
 }
 
@@ -91,6 +94,11 @@ static kiln_status check_opts(const kiln_context *ctx, const char *op, const kil
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
                      "%s: opts->deterministic is %d; expected 0 or 1 (1: the same bits on every run)", op,
                      o->deterministic);
+  if (o->tile_m != 0 && (o->algo != KILN_ATTENTION_FLASH_WGMMA || (o->tile_m != 128 && o->tile_m != 192)))
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: opts->tile_m is %d with algo %s; expected 0 (the query tile chosen per problem), or "
+                     "with algo KILN_ATTENTION_FLASH_WGMMA 128 or 192 (192 for head dims <= 64)",
+                     op, o->tile_m, algo_name(o->algo));
   if (o->algo != KILN_ATTENTION_AUTO && ctx->device_type == kDLCPU)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
                      "%s: algo %s needs a CUDA device but the context is the CPU's; use KILN_ATTENTION_AUTO for CPU "
@@ -411,7 +419,7 @@ kiln_status kiln_attention(kiln_context *ctx, const DLTensor *q, const DLTensor 
   if (ctx->device_type == kDLCPU) return kiln_cpu_attention_forward(op, &args);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
-  st = kiln_attention_gpu_forward(ctx, op, &args, (int)opt.algo, stream);
+  st = kiln_attention_gpu_forward(ctx, op, &args, (int)opt.algo, opt.tile_m, stream);
   kiln_ctx_leave(ctx, &scope);
   return st;
 }

@@ -153,8 +153,8 @@ static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const k
   return kiln_launch(ctx, kernel, gx, gy, (unsigned)a->batch, threads, smem, stream, params, op);
 }
 
-/* The kernel family that runs a problem (the sm_90a forward has two configurations: FLASH's and
- * SMEM's short-sequence one, see short_wins). */
+/* The kernel family that runs a problem (the sm_90a forward has three configurations: FLASH's,
+ * its wide D = 64 one (wide_wins) and SMEM's short-sequence one (short_wins)). */
 typedef enum family { FAMILY_WGMMA, FAMILY_MMA_SYNC, FAMILY_SIMT } family;
 
 /* AUTO's choice between the sm_90a forward's two configurations, from same-call H200
@@ -167,6 +167,22 @@ typedef enum family { FAMILY_WGMMA, FAMILY_MMA_SYNC, FAMILY_SIMT } family;
 static bool short_wins(const kiln_attn_args *a) {
   if (padded_dim(a->d) == 64) return a->sk <= 512 || (a->causal && a->sk <= 1024);
   return a->causal && a->sk <= 128;
+}
+
+/* FLASH's choice between its two sm_90a configurations at D = 64 (AUTO's too, after short_wins):
+ * the wide one (three consumer warpgroups, 192-row tiles) or the ping-pong one (two, 128 rows).
+ * Same-call H200 forward times, wide / ping-pong (docs/performance.md, "The wide D = 64
+ * forward"): not causal 1.00-1.03 at Sk = 1024, 0.89-0.97 at 2048, 0.92 at 4096, 0.89-0.92 at
+ * 8192; causal 1.16 at 1024, 1.01-1.06 at 2048 and 4096 (the 192-row tiles' diagonal blocks mask
+ * more), 0.90-0.92 at 8192. Tuning parameters (KILN_TUNE_DEFS). */
+#ifndef KILN_ATTN_WD_MIN_SK
+#define KILN_ATTN_WD_MIN_SK 2048
+#endif
+#ifndef KILN_ATTN_WD_CAUSAL_MIN_SK
+#define KILN_ATTN_WD_CAUSAL_MIN_SK 8192
+#endif
+static bool wide_wins(const kiln_attn_args *a) {
+  return padded_dim(a->d) == 64 && a->sk >= (a->causal ? KILN_ATTN_WD_CAUSAL_MIN_SK : KILN_ATTN_WD_MIN_SK);
 }
 
 /* FLASH and AUTO: WGMMA where it fits, else MMA_SYNC where the tensor cores can take the problem,
@@ -196,23 +212,33 @@ static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_at
 }
 
 kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo,
-                                       CUstream stream) {
+                                       int tile_m, CUstream stream) {
   family f = FAMILY_SIMT;
   kiln_status st = choose(ctx, op, a, algo, &f);
   if (st) return st;
   if (f == FAMILY_SIMT) return launch_simt(ctx, op, a, KILN_K_ATTN_SIMT_FWD_R32, stream);
   const int dp = padded_dim(a->d);
-  if (f == FAMILY_WGMMA && (algo == KILN_ATTENTION_SMEM || (algo == KILN_ATTENTION_AUTO && short_wins(a))))
-    return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_SH_f16_D64, KILN_K_ATTN_FWD_SH_bf16_D64, a),
-                        (unsigned)((a->sq + KILN_ATTN_SH_BM - 1) / KILN_ATTN_SH_BM), (unsigned)a->hq,
-                        KILN_ATTN_SH_THREADS, (unsigned)KILN_ATTN_SH_SMEM_BYTES(dp), KILN_ATTN_SH_BM,
-                        (uint32_t)KILN_ATTN_SH_BN(dp), false, stream);
-  if (f == FAMILY_WGMMA)
+  if (f == FAMILY_WGMMA) {
+    if (tile_m == 192 && dp != 64)
+      return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                       "%s: opts->tile_m is 192 but D is %d; the wide sm_90a forward takes head dims <= 64; use "
+                       "tile_m 0 or 128",
+                       op, a->d);
+    const bool bf16 = a->in_dtype == KILN_DT_BF16;
+    const unsigned hq = (unsigned)a->hq;
+    if (algo == KILN_ATTENTION_SMEM || (algo == KILN_ATTENTION_AUTO && !tile_m && short_wins(a)))
+      return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_SH_f16_D64, KILN_K_ATTN_FWD_SH_bf16_D64, a),
+                          (unsigned)((a->sq + KILN_ATTN_SH_BM - 1) / KILN_ATTN_SH_BM), hq, KILN_ATTN_SH_THREADS,
+                          (unsigned)KILN_ATTN_SH_SMEM_BYTES(dp), KILN_ATTN_SH_BM, (uint32_t)KILN_ATTN_SH_BN(dp), false,
+                          stream);
+    if (tile_m == 192 || (!tile_m && wide_wins(a)))
+      return launch_wgmma(ctx, op, a, bf16 ? KILN_K_ATTN_FWD_WD_bf16_D64 : KILN_K_ATTN_FWD_WD_f16_D64,
+                          (unsigned)((a->sq + KILN_ATTN_WD_BM - 1) / KILN_ATTN_WD_BM), hq, KILN_ATTN_WD_THREADS,
+                          (unsigned)KILN_ATTN_WD_SMEM_BYTES, KILN_ATTN_WD_BM, KILN_ATTN_WG_BN, false, stream);
     return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a),
-                        (unsigned)((a->sq + KILN_ATTN_WG_FWD_BM(dp) - 1) / KILN_ATTN_WG_FWD_BM(dp)),
-                        (unsigned)a->hq, (unsigned)KILN_ATTN_WG_FWD_THREADS(dp),
-                        (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp), (uint32_t)KILN_ATTN_WG_FWD_BM(dp), KILN_ATTN_WG_BN,
-                        false, stream);
+                        (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), hq, KILN_ATTN_WG_THREADS,
+                        (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp), KILN_ATTN_WG_BM, KILN_ATTN_WG_BN, false, stream);
+  }
   const kiln_kernel_id kernel = family_kernel(KILN_K_ATTN_FWD_f16_D64, KILN_K_ATTN_FWD_bf16_D64, a);
   kiln_attn_args args = *a;
   void *params[] = {&args};

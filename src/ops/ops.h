@@ -60,10 +60,11 @@ kiln_status kiln_tma_map(const kiln_context *ctx, const char *op, int type, uint
                          const uint64_t *dims, const uint64_t *strides, const uint32_t *box, kiln_tensor_map *map);
 
 /* Attention on the GPU (src/ops/attention_gpu.c): args validated by src/ops/attention.c, the
- * context entered. algo is AUTO, SMEM or FLASH. Fail with UNSUPPORTED (and a message naming
- * what is unsupported) for a problem no kernel handles. */
+ * context entered. algo is any kiln_attention_algo but AUTO's CPU meaning; tile_m is opts.tile_m
+ * (0, or 128 / 192 with FLASH_WGMMA). Fail with UNSUPPORTED (and a message naming what is
+ * unsupported) for a problem no kernel handles. */
 kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, const kiln_attn_args *args, int algo,
-                                       CUstream stream);
+                                       int tile_m, CUstream stream);
 /* Workspace bytes the GPU backward needs for args (256-byte aligned start expected). */
 size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_args *args, int deterministic);
 kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op, const kiln_attn_args *args, int algo,

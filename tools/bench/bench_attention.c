@@ -26,6 +26,9 @@ const char bench_attention_usage[] =
     "  --causal 0|1|all       (default all)\n"
     "  --algo auto|mma_sync|wgmma|smem|all  kernel (default auto: what kiln picks; all: mma_sync, and wgmma\n"
     "                         and smem on sm_90; the backward runs the family's kernels whatever the algo)\n"
+    "  --head-dim 64|128|all  (default all)\n"
+    "  --tile-m 128|192       with --algo wgmma: opts.tile_m, the sm_90a forward's query rows per block\n"
+    "                         (192 only at D = 64; D = 128 rows keep the default), for A/B runs in one call\n"
     "  --seq S                a sequence length instead of the default list (repeatable, up to 8; B = 16384 / S\n"
     "                         rounded down, at least 1)\n"
     "  --peer FILE            peer times from scripts/bench_sdpa.py (lines: S D causal dtype fwd_us fwdbwd_us)\n" BENCH_COMMON_USAGE;
@@ -34,6 +37,8 @@ typedef struct attn_opts {
   bench_dtype dtypes[2];
   int n_dtypes;
   int causal_lo, causal_hi;
+  int d_lo, d_hi; /* head dims [64, 128][d_lo..d_hi] */
+  int tile_m;     /* opts.tile_m for the FLASH_WGMMA rows (0: kiln's choice) */
   kiln_attention_algo algos[3];
   int n_algos; /* 0: all the device runs */
   const char *peer_path;
@@ -132,7 +137,7 @@ static const char *algo_label(kiln_attention_algo a) {
 }
 
 static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtype dt, const peer_time *peers,
-                    int n_peers, const kiln_attention_algo *algos, int n_algos) {
+                    int n_peers, const kiln_attention_algo *algos, int n_algos, int tile_m) {
   const int64_t B = S < 16384 ? 16384 / S : 1, H = 2048 / D, count = B * H * S * D;
   const size_t bytes = (size_t)count * bench_dtype_size(dt);
   CUdeviceptr buf[8] = {0}, lse = 0, ws = 0; /* q k v o dout dq dk dv */
@@ -164,7 +169,10 @@ static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtyp
   const peer_time *pt = find_peer(peers, n_peers, S, D, causal, dt);
   for (int a = 0; a < n_algos && !rc; a++) {
     c.opts.algo = algos[a];
-    snprintf(algo_s, sizeof algo_s, "%s%s", algo_label(algos[a]), causal ? " causal" : "");
+    c.opts.tile_m = algos[a] == KILN_ATTENTION_FLASH_WGMMA && (tile_m != 192 || D == 64) ? tile_m : 0;
+    char tile_s[16] = "";
+    if (c.opts.tile_m) snprintf(tile_s, sizeof tile_s, " m%d", c.opts.tile_m);
+    snprintf(algo_s, sizeof algo_s, "%s%s%s", algo_label(algos[a]), causal ? " causal" : "", tile_s);
     if ((rc = time_row(env, attn_call_fn, &c, "attention", shape_s, dt, algo_s, flops, pt ? pt->us : NAN))) break;
     rc = time_row(env, attn_fwdbwd_fn, &c, "attention fwd+bwd", shape_s, dt, algo_s, 3.5 * flops,
                   pt ? pt->bwd_us : NAN);
@@ -176,8 +184,8 @@ done:
 }
 
 int bench_attention_main(int argc, char **argv) {
-  attn_opts o = {.dtypes = {BENCH_F16}, .n_dtypes = 1, .causal_lo = 0, .causal_hi = 1, .algos = {KILN_ATTENTION_AUTO},
-                 .n_algos = 1};
+  attn_opts o = {.dtypes = {BENCH_F16}, .n_dtypes = 1, .causal_lo = 0, .causal_hi = 1, .d_lo = 0, .d_hi = 1,
+                 .algos = {KILN_ATTENTION_AUTO}, .n_algos = 1};
   bench_common_init(&o.common);
   for (int i = 1; i < argc; i++) {
     int c = bench_parse_common(argc, argv, &i, &o.common, bench_attention_usage);
@@ -202,6 +210,11 @@ int bench_attention_main(int argc, char **argv) {
                    : !strcmp(v, "wgmma")  ? KILN_ATTENTION_FLASH_WGMMA
                    : !strcmp(v, "smem")   ? KILN_ATTENTION_SMEM
                                           : KILN_ATTENTION_AUTO;
+    } else if (!strcmp(a, "--head-dim") && v && (!strcmp(v, "64") || !strcmp(v, "128") || !strcmp(v, "all"))) {
+      o.d_lo = !strcmp(v, "128");
+      o.d_hi = strcmp(v, "64") ? 1 : 0;
+    } else if (!strcmp(a, "--tile-m") && v && (!strcmp(v, "128") || !strcmp(v, "192"))) {
+      o.tile_m = atoi(v);
     } else if (!strcmp(a, "--seq") && v && o.n_seq < 8 && atoll(v) >= 1 && atoll(v) <= (1 << 20)) {
       o.seq[o.n_seq++] = atoll(v);
     } else if (!strcmp(a, "--peer") && v) {
@@ -229,11 +242,11 @@ int bench_attention_main(int argc, char **argv) {
   const int n_algos = o.n_algos ? o.n_algos : env.info.cc_major == 9 && env.info.cc_minor == 0 ? 3 : 1;
   bench_table_header(BENCH_TFLOPS);
   int dead = 0;
-  for (int di = 0; di < 2 && !dead; di++)
+  for (int di = o.d_lo; di <= o.d_hi && !dead; di++)
     for (int ci = o.causal_lo; ci <= o.causal_hi && !dead; ci++)
       for (int t = 0; t < o.n_dtypes && !dead; t++)
         for (int si = 0; si < n_s && !dead; si++)
-          dead = run_case(&env, ss[si], di ? 128 : 64, ci, o.dtypes[t], peers, n_peers, algos, n_algos) < 0;
+          dead = run_case(&env, ss[si], di ? 128 : 64, ci, o.dtypes[t], peers, n_peers, algos, n_algos, o.tile_m) < 0;
   if (dead) fprintf(stderr, "kiln-bench attention: stopping: the device reported an error (see above)\n");
   return bench_env_close(&env);
 }
