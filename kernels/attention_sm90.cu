@@ -93,14 +93,11 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
      * then the next chunk */
     auto issue_qk = [&](int blk) {
       const uint8_t *sk = ring_tile<DP, BN>(ring, blk % STAGES, 0);
-#pragma unroll
-      for (int i = 0; i < BN / 2; i++) sc[i] = 0.f;
       mbar_wait(&k_full[blk % STAGES], (blk / STAGES) & 1);
       wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < DP / 16; ks++) {
-        wgmma_m64k16<BN, BF16, 0, 0>(sc, kmajor_desc<BM>(sqw, ks), kmajor_desc<BN>(sk, ks));
-      }
+      for (int ks = 0; ks < DP / 16; ks++) /* the first k step overwrites sc: no zeroing after the fence */
+        wgmma_m64k16<BN, BF16, 0, 0>(sc, kmajor_desc<BM>(sqw, ks), kmajor_desc<BN>(sk, ks), ks > 0);
       wgmma_commit();
     };
     /* O += P·V(blk) issued: BN / 16 k16 steps of 16 key rows (2048 bytes) of V, read n-major */

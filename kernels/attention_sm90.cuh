@@ -82,24 +82,23 @@ KILN_DEVICE int query_tile(const kiln_attn_args &p) {
 /* The backward's two score-like products of a step, c0 = A0·B0ᵀ and c1 = A1·B1ᵀ (S and dP, or
  * their transposes), both operands k-major over DP: A a warpgroup's 64 rows of a tile of AROWS
  * rows, B a tile of N rows. Each waits for its B tile (full0 / full1 at `phase`) and is its own
- * commit group, so the caller can wait for c0 alone (wgmma_wait<1>) while c1 runs. */
+ * commit group, so the caller can wait for c0 alone (wgmma_wait<1>) while c1 runs. Their first k
+ * step overwrites c0 / c1 (acc = false): no zeroing between the fence and the MMAs. */
 template <int N, bool BF16, int AROWS, int DP>
 KILN_DEVICE void score_products(float (&c0)[N / 2], float (&c1)[N / 2], const uint8_t *a0, const uint8_t *b0,
                                 uint64_t *full0, const uint8_t *a1, const uint8_t *b1, uint64_t *full1,
                                 uint32_t phase) {
   using namespace sm90;
-#pragma unroll
-  for (int i = 0; i < N / 2; i++) c0[i] = c1[i] = 0.f;
   mbar_wait(full0, phase);
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < DP / 16; ks++)
-    wgmma_m64k16<N, BF16, 0, 0>(c0, kmajor_desc<AROWS>(a0, ks), kmajor_desc<N>(b0, ks));
+    wgmma_m64k16<N, BF16, 0, 0>(c0, kmajor_desc<AROWS>(a0, ks), kmajor_desc<N>(b0, ks), ks > 0);
   wgmma_commit();
   mbar_wait(full1, phase);
 #pragma unroll
   for (int ks = 0; ks < DP / 16; ks++)
-    wgmma_m64k16<N, BF16, 0, 0>(c1, kmajor_desc<AROWS>(a1, ks), kmajor_desc<N>(b1, ks));
+    wgmma_m64k16<N, BF16, 0, 0>(c1, kmajor_desc<AROWS>(a1, ks), kmajor_desc<N>(b1, ks), ks > 0);
   wgmma_commit();
 }
 
