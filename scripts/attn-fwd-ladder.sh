@@ -26,3 +26,16 @@ build f2 ""
 # measured 2026-12-03 against f2 and taken as the wide configuration: both are now in every build,
 # opts.tile_m = 128 | 192 picks one (kiln-bench attention --tile-m 128|192), so they are compared
 # in one build (docs/performance.md, "The wide D = 64 forward").
+# poly4 / poly8 (scripts/rungs/attn-fwd-exp2-poly.patch on 2b84b67): at D = 64 every 4th / 8th
+# score fragment's exponential of an unmasked key block on the FMA pipe (a cubic, the exponent
+# added as an integer) instead of the SFU, whose 16 exp2 per clock per SM take as long as a
+# block's products at D = 64. Predicted +0-10 %; measured 3-9 % slower (poly4) and -2 to +3 %
+# (poly8): the SFU does not bound it; not taken (docs/performance.md, "The wide D = 64 forward").
+# Their tests: a full build of the worktree with KILN_TUNE_DEFS=KILN_ATTN_EXP2_POLY=4.
+poly() { # NAME SHARE
+  ladder_wanted "$1" || return 0
+  ladder_source /tmp/kiln-fwd-poly 2b84b67 scripts/rungs/attn-fwd-exp2-poly.patch
+  ladder_rung "fwd-$1" "KILN_ATTN_EXP2_POLY=$2" /tmp/kiln-fwd-poly
+}
+poly poly4 4
+poly poly8 8

@@ -29,10 +29,7 @@ build() {
   src=$root
   if [ "$commit" != . ]; then
     src=/tmp/kiln-short-$name
-    if [ ! -d "$src" ]; then
-      git worktree add -q --detach "$src" "$commit"
-      for patch in $patches; do (cd "$src" && git apply "$root/$patch"); done
-    fi
+    ladder_source "$src" "$commit" "$patches"
   fi
   ladder_rung "short-$name" "$defs" "$src"
 }

@@ -7,6 +7,8 @@
 #                                 rungs fit the device tool's 64 MiB carry together)
 #   ladder_rung NAME DEFS [SRC]   kiln-bench built from SRC (default: this tree) into
 #                                 build-ladder/NAME, slimmed into build-ladder/slim/NAME
+#   ladder_source DIR COMMIT "PATCHES"  a worktree of COMMIT at DIR with PATCHES (paths from the
+#                                 repository root) applied in order; an existing DIR is kept
 ladder_wanted() {
   [ -z "$WANT" ] && return 0
   case " $WANT " in *" $1 "*) return 0 ;; *) return 1 ;; esac
@@ -28,4 +30,11 @@ ladder_rung() {
   (cd "${3:-.}" && ladder_build "$_rung_root/build-ladder/$1" "$2" --target kiln-bench)
   ladder_slim "build-ladder/$1" "build-ladder/slim/$1"
   echo "built build-ladder/slim/$1 (${3:-.} $2): $(du -sh "build-ladder/slim/$1" | cut -f1)"
+}
+ladder_source() {
+  _src_root=$(pwd)
+  if [ ! -d "$1" ]; then
+    git worktree add -q --detach "$1" "$2"
+    for patch in $3; do (cd "$1" && git apply "$_src_root/$patch"); done
+  fi
 }
