@@ -166,14 +166,14 @@ KILN_DEVICE void load_x(uint32_t (&w)[V / 2], const kiln_qkv_args &a, const int3
         w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
       }
     }
-    return;
-  }
+  } else { /* element by element (an else, not code after a return: FAST instances have no such path) */
 #pragma unroll
-  for (int i = 0; i < V; i++)
-    if (k + i < a.k) {
-      const int64_t c = perm ? perm[k + i] : k + i;
-      w[i / 2] |= (uint32_t)__ldg(xrow + c * a.x_cs) << (16 * (i % 2));
-    }
+    for (int i = 0; i < V; i++)
+      if (k + i < a.k) {
+        const int64_t c = perm ? perm[k + i] : k + i;
+        w[i / 2] |= (uint32_t)__ldg(xrow + c * a.x_cs) << (16 * (i % 2));
+      }
+  }
 }
 
 /* ---- weight policies ---------------------------------------------------------------------------
