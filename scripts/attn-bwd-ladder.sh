@@ -28,3 +28,13 @@ build s4 "KILN_ATTN_WG_BWD_STAGES=4"
 # their commits (git worktree add DIR COMMIT, then this script's cmake lines in DIR):
 #   e87a5ca  each dK/dV consumer warpgroup stages its own LSE and delta (no shared barrier)
 #   d8d411e  the dQ kernel software-pipelined over two register sets (KILN_ATTN_WG_DQ_PIPE)
+# Code rungs from a commit plus a patch (scripts/rungs/), built like the ones above:
+code() { # NAME COMMIT PATCH
+  ladder_wanted "$1" || return 0
+  ladder_source "/tmp/kiln-bwd-$1" "$2" "$3"
+  ladder_rung "attn-$1" "" "/tmp/kiln-bwd-$1"
+}
+# stats-late: the dK/dV kernel issues S and dP before loading the step's LSE and delta, so those
+# global loads run under the products; predicted +3-8 % on the D = 64 backward, NOT YET RUN.
+# Its tests: a full build of /tmp/kiln-bwd-stats-late (cmake -S /tmp/kiln-bwd-stats-late -B ...).
+code stats-late 9f98196 scripts/rungs/attn-bwd-stats-late.patch
