@@ -5,36 +5,27 @@
 # benchmarks them side by side:
 #   scripts/attn-bwd-ladder.sh [RUNG...]   # here; then on the GPU:
 #   for d in build-ladder/slim/attn-*; do $d/tools/kiln-bench attention --quick --algo wgmma; done
-# Each line below is one rung: name, then KILN_TUNE_DEFS (kiln_abi.h's overridable backward
+# Each ladder_step below is one rung: name, then KILN_TUNE_DEFS (kiln_abi.h's overridable backward
 # macros). docs/performance.md records what each predicted and measured.
 set -e
 cd "$(dirname "$0")/.."
 WANT="$*"
 . scripts/ladder-lib.sh
-build() { # NAME DEFS
-  ladder_wanted "$1" || return 0
-  ladder_rung "attn-$1" "$2"
-}
 # b3 (default): dK/dV 128 query rows a step at D = 64, 64 at 128; dQ 128 keys a step at D = 64,
 #     64 at 128; 2 ring stages (measured 0-2 % ahead of 4)
-build b3 ""
+ladder_step attn b3 ""
 # dK/dV at D = 64 on 64 query rows a step: f32 P for dS (room for it), twice the steps
-build kvbm64 "KILN_ATTN_WG_KV_BM_D64=64"
+ladder_step attn kvbm64 "KILN_ATTN_WG_KV_BM_D64=64"
 # dQ at D = 128 on 128 keys a step (half the steps); 2 ring stages to fit shared memory
-build dqbn128 "KILN_ATTN_WG_DQ_BN_D128=128"
+ladder_step attn dqbn128 "KILN_ATTN_WG_DQ_BN_D128=128"
 # 4 ring stages (b3's first form)
-build s4 "KILN_ATTN_WG_BWD_STAGES=4"
+ladder_step attn s4 "KILN_ATTN_WG_BWD_STAGES=4"
 # Two rungs were code, not tile sizes, and were reverted after measuring slower; build them from
 # their commits (git worktree add DIR COMMIT, then this script's cmake lines in DIR):
 #   e87a5ca  each dK/dV consumer warpgroup stages its own LSE and delta (no shared barrier)
 #   d8d411e  the dQ kernel software-pipelined over two register sets (KILN_ATTN_WG_DQ_PIPE)
-# Code rungs from a commit plus a patch (scripts/rungs/), built like the ones above:
-code() { # NAME COMMIT PATCH
-  ladder_wanted "$1" || return 0
-  ladder_source "/tmp/kiln-bwd-$1" "$2" "$3"
-  ladder_rung "attn-$1" "" "/tmp/kiln-bwd-$1"
-}
+# Code rungs: a commit plus a patch (scripts/rungs/), built the same way:
 # stats-late: the dK/dV kernel issues S and dP before loading the step's LSE and delta, so those
 # global loads run under the products; predicted +3-8 % on the D = 64 backward, NOT YET RUN.
-# Its tests: a full build of /tmp/kiln-bwd-stats-late (cmake -S /tmp/kiln-bwd-stats-late -B ...).
-code stats-late 9f98196 scripts/rungs/attn-bwd-stats-late.patch
+# Its tests: a full build of /tmp/kiln-attn-stats-late (cmake -S /tmp/kiln-attn-stats-late -B ...).
+ladder_step attn stats-late "" 9f98196 scripts/rungs/attn-bwd-stats-late.patch

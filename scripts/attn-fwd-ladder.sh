@@ -16,12 +16,8 @@ set -e
 cd "$(dirname "$0")/.."
 WANT="$*"
 . scripts/ladder-lib.sh
-build() { # NAME DEFS
-  ladder_wanted "$1" || return 0
-  ladder_rung "fwd-$1" "$2"
-}
 # f2 (main): two consumer warpgroups of 64 query rows with ping-pong, 128-row tiles
-build f2 ""
+ladder_step fwd f2 ""
 # nc3 (three consumer warpgroups at D = 64, 192-row tiles) was a rung here (KILN_ATTN_WG_NC_D64=3),
 # measured 2026-12-03 against f2 and taken as the wide configuration: both are now in every build,
 # opts.tile_m = 128 | 192 picks one (kiln-bench attention --tile-m 128|192), so they are compared
@@ -31,11 +27,6 @@ build f2 ""
 # added as an integer) instead of the SFU, whose 16 exp2 per clock per SM take as long as a
 # block's products at D = 64. Predicted +0-10 %; measured 3-9 % slower (poly4) and -2 to +3 %
 # (poly8): the SFU does not bound it; not taken (docs/performance.md, "The wide D = 64 forward").
-# Their tests: a full build of the worktree with KILN_TUNE_DEFS=KILN_ATTN_EXP2_POLY=4.
-poly() { # NAME SHARE
-  ladder_wanted "$1" || return 0
-  ladder_source /tmp/kiln-fwd-poly 2b84b67 scripts/rungs/attn-fwd-exp2-poly.patch
-  ladder_rung "fwd-$1" "KILN_ATTN_EXP2_POLY=$2" /tmp/kiln-fwd-poly
-}
-poly poly4 4
-poly poly8 8
+# Their tests: a full build of /tmp/kiln-fwd-poly4 with KILN_TUNE_DEFS=KILN_ATTN_EXP2_POLY=4.
+ladder_step fwd poly4 "KILN_ATTN_EXP2_POLY=4" 2b84b67 scripts/rungs/attn-fwd-exp2-poly.patch
+ladder_step fwd poly8 "KILN_ATTN_EXP2_POLY=8" 2b84b67 scripts/rungs/attn-fwd-exp2-poly.patch

@@ -15,32 +15,16 @@
 # then test_gpu_attention from it on the GPU.
 set -e
 cd "$(dirname "$0")/.."
-root=$(pwd)
 WANT="$*"
 . scripts/ladder-lib.sh
-# build NAME COMMIT "PATCHES" DEFS: the rung's source is COMMIT with PATCHES applied in order (a
-# worktree under /tmp), or this tree if COMMIT is "."
-build() {
-  name=$1
-  commit=$2
-  patches=$3
-  defs=$4
-  ladder_wanted "$name" || return 0
-  src=$root
-  if [ "$commit" != . ]; then
-    src=/tmp/kiln-short-$name
-    ladder_source "$src" "$commit" "$patches"
-  fi
-  ladder_rung "short-$name" "$defs" "$src"
-}
 # s1 (main): one query tile of 64 rows per block, two blocks per SM
-build s1 . "" ""
+ladder_step short s1 ""
 # persist: at most two blocks per SM walk the query tiles (scripts/rungs/attn-short-persist.patch
 # on the SMEM kernel's first commit); its first form hung on fully masked tiles
 # (docs/performance.md), the patch frees Q per warp
-build persist 5f5a057 scripts/rungs/attn-short-persist.patch ""
+ladder_step short persist "" 5f5a057 scripts/rungs/attn-short-persist.patch
 # persist-q2: persist with two Q slots, the next tile's Q loading while this one runs (D = 64: ring
 # of 2 x 128 keys); predicted to approach the DRAM floor at S = 128 (56 µs against 155-162),
 # measured 4-6 % faster there and 5-20 % slower from S = 512 (the stores, not the loads, were the
 # critical path: docs/performance.md)
-build persist-q2 5f5a057 "scripts/rungs/attn-short-persist.patch scripts/rungs/attn-short-persist-q2.patch" ""
+ladder_step short persist-q2 "" 5f5a057 "scripts/rungs/attn-short-persist.patch scripts/rungs/attn-short-persist-q2.patch"

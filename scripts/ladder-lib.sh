@@ -9,6 +9,9 @@
 #                                 build-ladder/NAME, slimmed into build-ladder/slim/NAME
 #   ladder_source DIR COMMIT "PATCHES"  a worktree of COMMIT at DIR with PATCHES (paths from the
 #                                 repository root) applied in order; an existing DIR is kept
+#   ladder_step PREFIX NAME DEFS [COMMIT "PATCHES"]  when the script's arguments want NAME, rung
+#                                 PREFIX-NAME with KILN_TUNE_DEFS=DEFS, from this tree or (COMMIT
+#                                 given, not ".") from a worktree /tmp/kiln-PREFIX-NAME of it
 ladder_wanted() {
   [ -z "$WANT" ] && return 0
   case " $WANT " in *" $1 "*) return 0 ;; *) return 1 ;; esac
@@ -37,4 +40,13 @@ ladder_source() {
     git worktree add -q --detach "$1" "$2"
     for patch in $3; do (cd "$1" && git apply "$_src_root/$patch"); done
   fi
+}
+ladder_step() {
+  ladder_wanted "$2" || return 0
+  _step_src=.
+  if [ -n "${4:-}" ] && [ "$4" != . ]; then
+    _step_src=/tmp/kiln-$1-$2
+    ladder_source "$_step_src" "$4" "${5:-}"
+  fi
+  ladder_rung "$1-$2" "$3" "$_step_src"
 }
