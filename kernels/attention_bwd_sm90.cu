@@ -75,6 +75,10 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
       const int s = step % STAGES, h = hk * group + step / per_head, q0 = (qb_first + step % per_head) * BM;
       const uint32_t phase = (step / STAGES) & 1;
       const uint8_t *sqt = ring_tile<DP, BM>(ring, s, 0), *sdo = ring_tile<DP, BM>(ring, s, 1);
+      /* Sᵀ = K_w·Qᵀ and dPᵀ = V_w·dOᵀ, two commit groups: Pᵀ is computed while dPᵀ runs, and
+       * dV += Pᵀ·dO runs while dSᵀ is. Issued first, so that the statistics' global loads below
+       * run under them. */
+      score_products<BM, BF16, BN, DP>(st, dpt, skw, sqt, &q_full[s], svw, sdo, &do_full[s], phase);
       /* stage this step's LSE (log2 units) and delta; two buffers, so one barrier per step
        * suffices (a thread writing buffer x again has passed the barrier that followed every
        * read of it) */
@@ -87,10 +91,6 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
         delta[ct - BM] = row_delta(p, b, h, row);
       }
       consumers_sync();
-
-      /* Sᵀ = K_w·Qᵀ and dPᵀ = V_w·dOᵀ, two commit groups: Pᵀ is computed while dPᵀ runs, and
-       * dV += Pᵀ·dO runs while dSᵀ is */
-      score_products<BM, BF16, BN, DP>(st, dpt, skw, sqt, &q_full[s], svw, sdo, &do_full[s], phase);
       wgmma_wait<1>();
 
       /* Pᵀ in place: keys past Sk (the last block) and, when causal, right of the diagonal (steps
