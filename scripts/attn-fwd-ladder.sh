@@ -30,13 +30,16 @@ ladder_step fwd f2 ""
 # Their tests: a full build of /tmp/kiln-fwd-poly4 with KILN_TUNE_DEFS=KILN_ATTN_EXP2_POLY=4.
 ladder_step fwd poly4 "KILN_ATTN_EXP2_POLY=4" 2b84b67 scripts/rungs/attn-fwd-exp2-poly.patch
 ladder_step fwd poly8 "KILN_ATTN_EXP2_POLY=8" 2b84b67 scripts/rungs/attn-fwd-exp2-poly.patch
-# multi-tile (scripts/rungs/attn-fwd-multi-tile.patch on b6fda3c): each forward block walks
-# opts.tiles_per_block query tiles with one K/V ring and two Q buffers at D = 64 (causal tiles
-# paired longest with shortest), so that a block's next tile loads while it finishes the last.
-# Predicted up to +15 % on causal S = 2048, D = 64 (the block-turnover estimate); tile counts are
-# compared in that one build: kiln-bench attention --algo wgmma --tiles-per-block 1
-# --tiles-per-block 2 ... (a row each), beside main (rung f2) in the same call. Measured 2026-12-04:
-# one tile 1-3 % slower than main, 2 tiles within noise, 4 tiles 1-4 % faster only causal D = 64
-# at S <= 4096 and 3-11 % slower without a mask; not taken (docs/performance.md, "The forward's
-# tiles per block"). Its tests: a full build of /tmp/kiln-fwd-multi-tile.
-ladder_step fwd multi-tile "" b6fda3c scripts/rungs/attn-fwd-multi-tile.patch
+# multi-tile and chain (scripts/rungs/attn-fwd-multi-tile.patch on b6fda3c): each forward block
+# walks opts.tiles_per_block query tiles with one K/V ring and two Q buffers at D = 64 (causal tiles
+# paired longest with shortest), so that a block's next tile loads while it finishes the last;
+# chain also runs the next tile's first Q·Kᵀ and softmax under the last tile's final P·V (the two
+# ping-pong warpgroups at D = 64). Predicted up to +15 % on causal S = 2048, D = 64 (the
+# block-turnover estimate). Tile counts are compared in one build: kiln-bench attention --algo
+# wgmma --tiles-per-block 1 --tiles-per-block 2 ... (a row each), beside main (rung f2) in the
+# same call. Measured 2026-12-04: multi-tile: 1 tile up to 4 % slower than main, 2 within noise,
+# 4 gain 1-4 % only causal D = 64 at S <= 4096 and lose up to 14 % elsewhere; chain: 3-4 % faster
+# only causal S = 2048 bf16, slower elsewhere. Not taken (docs/performance.md, "The forward's
+# tiles per block"). Their tests: full builds of /tmp/kiln-fwd-multi-tile and /tmp/kiln-fwd-chain.
+ladder_step fwd multi-tile "KILN_ATTN_FWD_CHAIN=0" b6fda3c scripts/rungs/attn-fwd-multi-tile.patch
+ladder_step fwd chain "" b6fda3c scripts/rungs/attn-fwd-multi-tile.patch
