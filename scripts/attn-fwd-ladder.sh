@@ -43,3 +43,9 @@ ladder_step fwd poly8 "KILN_ATTN_EXP2_POLY=8" 2b84b67 scripts/rungs/attn-fwd-exp
 # tiles per block"). Their tests: full builds of /tmp/kiln-fwd-multi-tile and /tmp/kiln-fwd-chain.
 ladder_step fwd multi-tile "KILN_ATTN_FWD_CHAIN=0" b6fda3c scripts/rungs/attn-fwd-multi-tile.patch
 ladder_step fwd chain "" b6fda3c scripts/rungs/attn-fwd-multi-tile.patch
+# mask (scripts/rungs/attn-mask-limit.patch on 4256b4f): one compare per masked score (a per-row
+# bound, key_limit / query_floor in attention.cuh) in the forwards and backwards, after Nsight
+# Compute counted ~11 % more instructions per key block causal than not at S = 2048, D = 64.
+# Predicted +2-5 % there; measured about 1 % (0.991 / 0.992 time), the rest within noise: the
+# forward is latency-bound there, not issue-bound. Not taken (docs/performance.md).
+ladder_step fwd mask "" 4256b4f scripts/rungs/attn-mask-limit.patch

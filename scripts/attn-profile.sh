@@ -1,23 +1,33 @@
 #!/bin/bash
 # Nsight Compute readings of the attention kernels next to SDPA's, for the shapes where kiln
-# trails (issue 7): the SMEM short forward at S = 128 (B128 H32 D64, f16) and the FLASH backward
-# at S = 2048 causal (B8 H32 D64). Run on the GPU from the repository root:
-#   scripts/attn-profile.sh BUILD      (BUILD holds libkiln.so and tools/kiln-bench)
+# trails: the SMEM short forward at S = 128 (B128 H32 D64, f16; issue 7), the FLASH backward at
+# S = 2048 causal (B8 H32 D64), and the 128-row FLASH forward at S = 2048, D = 64 causal and not
+# (issue 8: causal runs at ~80 % of the unmasked rate there). Run on the GPU from the repository
+# root:
+#   scripts/attn-profile.sh BUILD [NAME...]   (BUILD holds libkiln.so and tools/kiln-bench; NAMEs
+#                                             pick profiles, none: all)
 # Logs go to $OUT (ncu-*.txt). Clocks are left alone (--clock-control none).
 set -u
 B=${1:-build}
+shift $(($# > 0 ? 1 : 0))
+WANT="$*"
 OUT=${OUT:-attn-profile}
 mkdir -p "$OUT"
 S="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis"
 prof() { # name, kernel regex, skip, count, command...
   local name=$1 k=$2 s=$3 c=$4
   shift 4
+  case " ${WANT:-$name} " in *" $name "*) ;; *) return 0 ;; esac
   timeout 180 ncu --clock-control none -k "regex:$k" -s "$s" -c "$c" $S "$@" >"$OUT/ncu-$name.txt" 2>&1
   echo "ncu $name: exit $?"
   grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Issued Ipc|Warp Cycles Per Issued|No Eligible" "$OUT/ncu-$name.txt" | head -40
 }
 export LD_LIBRARY_PATH=$B
 prof short128 attn_fwd_short_f16_d64 3 1 "$B/tools/kiln-bench" attention --seq 128 --dtype f16 --causal 0 --algo smem
+for c in 0 1; do
+  prof fwd2048c$c attn_fwd_wgmma_f16_d64 3 1 "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal $c \
+    --head-dim 64 --algo wgmma --tile-m 128
+done
 prof bwd2048c "attn_bwd_(dkdv_wgmma_f16_d64|dq_wgmma_f16_d64|delta)" 3 3 \
   "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal 1 --algo wgmma
 cat >"$OUT/sdpa.py" <<'PY'
