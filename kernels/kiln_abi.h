@@ -28,6 +28,9 @@ typedef struct kiln_gemm_args {
   int32_t c_dtype; /* KILN_DT_* */
   int32_t group_m; /* tiles along m in one band of the L2-friendly tile order */
 } kiln_gemm_args;
+#ifndef KILN_GEMM_GROUP_M /* kiln_gemm_args.group_m of kiln_matmul (tuning: scripts/gemm-ladder.sh) */
+#define KILN_GEMM_GROUP_M 8
+#endif
 
 /* Tile geometry of the sm_80 GEMM kernels (kernels/gemm_sm80.cu); the host sizes shared memory
  * with KILN_GEMM_SMEM_BYTES. A block computes a BM x BN tile of C with 8 warps (2 along M x 4

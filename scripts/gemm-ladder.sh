@@ -30,3 +30,14 @@ build v6-cpa-128x128x64-2blk "KILN_GEMM_CPA_BN=128;KILN_GEMM_CPA_BK=64;KILN_GEMM
 # WGMMA w2: 128x256 tiles in 2-CTA clusters sharing B by TMA multicast (off by default: it
 #     measured 7 % slower at 4096^3), for comparison with the default build in the same GPU call
 build w2-wgmma-pairs "KILN_WGMMA_PAIRS=1"
+# WGMMA w3: the band height of the persistent grid's L2-friendly tile order (kiln_gemm_args.group_m,
+#     tile rows per band; 8 on main). At 4096^3 with 128 x 256 tiles a wave of 132 tiles covers
+#     ~one band of 8 x 16 tiles (A 8 MB + all of B 32 MB); at 8192^3 it covers 8 x 16.5 of 32
+#     tile columns, so B's slabs (69 MB) pass through L2 once per band. Predicted: within +-2 %
+#     (the pair rung found L2 bandwidth not limiting); measured 2026-12-04: within the run-to-run
+#     spread for 4, 16 and 32, main keeps 8 (docs/performance.md). kiln-bench builds only (ladder_step):
+#     build-ladder/slim/gemm-w3-g4 ..., run as kiln-bench matmul --shape 4096x4096x4096
+#     --shape 8192x8192x8192 --algo wgmma --dtype all --reps 50 beside main's build.
+ladder_step gemm w3-g4 "KILN_GEMM_GROUP_M=4"
+ladder_step gemm w3-g16 "KILN_GEMM_GROUP_M=16"
+ladder_step gemm w3-g32 "KILN_GEMM_GROUP_M=32"

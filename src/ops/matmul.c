@@ -148,7 +148,7 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
       .b_bs = B.bs, .b_rs = B.rs, .b_cs = B.cs,
       .c_bs = C.bs, .c_rs = C.rs,
       .m = (int32_t)A.rows, .n = (int32_t)B.cols, .k = (int32_t)A.cols, .batch = (int32_t)batch,
-      .alpha = alpha, .beta = beta, .c_dtype = kiln_dt_code(C.dtype), .group_m = 8,
+      .alpha = alpha, .beta = beta, .c_dtype = kiln_dt_code(C.dtype), .group_m = KILN_GEMM_GROUP_M,
   };
   const unsigned gz = batch > 65535 ? 65535u : (unsigned)batch;
   /* With KILN_WGMMA_PAIRS, WGMMA 128 x 256 tiles go in 2-CTA clusters sharing B (TMA multicast)
