@@ -26,7 +26,7 @@ ladder_step attn s4 "KILN_ATTN_WG_BWD_STAGES=4"
 #   d8d411e  the dQ kernel software-pipelined over two register sets (KILN_ATTN_WG_DQ_PIPE)
 # Code rungs: a commit plus a patch (scripts/rungs/), built the same way:
 # stats-late: the dK/dV kernel issues S and dP before loading the step's LSE and delta, so those
-# global loads run under the products; predicted +3-8 % on the D = 64 backward, measured 1-5 %
+# global loads run under the products; predicted +3-8 % on the D = 64 backward, measured 0.3-5 %
 # faster forward + backward in all 16 rows (H200, 2026-12-03) and taken: on main since the
 # commit after 729e886, so this entry rebuilds it from the commit the patch was written for.
 ladder_step attn stats-late "" 9f98196 scripts/rungs/attn-bwd-stats-late.patch
