@@ -1,7 +1,8 @@
 #!/bin/bash
 # The W·A16 decode ladder, on the GPU machine: the same benchmarks for each build given (slim
 # builds of successive commits, scripts/slim-build.sh), side by side in one run, then Nsight
-# Compute on the last build's int4 kernel at one decode shape. Logs go to $OUT.
+# Compute on the last build's int4 kernel at one decode shape and the SASS of the int4 kernels
+# (sm_80 register ring and sm_90a TMA ring, where the build has them). Logs go to $OUT.
 #   scripts/wa16-ladder.sh build-ladder/slim/v4 build-ladder/slim/v5
 # docs/performance.md records each rung's prediction and measurement.
 set -u
@@ -25,9 +26,14 @@ if [ -n "$last" ] && command -v ncu >/dev/null; then
     --section LaunchStats --section MemoryWorkloadAnalysis --section InstructionStats \
     "$last/tools/kiln-bench" int4 --shape 4096x12288 --m 1 --reps 1 >"$OUT/ncu.txt" 2>&1
   grep -E "Duration|Throughput|Achieved Occupancy|Block Size|Registers|Issued Ipc|Executed Ipc|Warp Cycles|Theoretical Occ|Executed Instructions  " "$OUT/ncu.txt" | head -40
-  for k in kiln_w4a16_decode_f16_m8 kiln_w4a16_decode_f16_m16; do
-    cuobjdump -sass -fun $k "$last/kernels/wa16_decode_sm80.fatbin" >/tmp/$k.sass 2>&1
-    echo "$k SASS (sm_90a and the others): $(grep -c HMMA /tmp/$k.sass) HMMA, $(grep -c LDGSTS /tmp/$k.sass) LDGSTS, $(grep -cE 'LDL|STL' /tmp/$k.sass) LDL/STL"
+  for k in sm80:kiln_w4a16_decode_f16_m8 sm80:kiln_w4a16_decode_f16_m16 sm90:kiln_w4a16_tma_f16_m8 \
+    sm90:kiln_w4a16_tma_f16_m16; do
+    f=$last/kernels/wa16_decode_${k%%:*}.fatbin
+    k=${k#*:}
+    [ -f "$f" ] || continue
+    cuobjdump -sass -fun $k "$f" >/tmp/$k.sass 2>&1
+    echo "$k SASS (sm_90a and the others): $(grep -c HMMA /tmp/$k.sass) HMMA, $(grep -c LDGSTS /tmp/$k.sass) LDGSTS," \
+      "$(grep -c 'LDS' /tmp/$k.sass) LDS, $(grep -c UTMALDG /tmp/$k.sass) UTMALDG, $(grep -cE 'LDL|STL' /tmp/$k.sass) LDL/STL"
     gzip -c /tmp/$k.sass >"$OUT/sass-$k.txt.gz"
   done
 fi

@@ -293,6 +293,36 @@ static void aligned_decode(void **state) {
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
 }
 
+/* The shapes of the sm_90a TMA kernel (wa16_decode_sm90.cu; on other GPUs they run the sm_80
+ * kernel): M <= 16, N a multiple of 16, 16-byte x rows, no act-order. Half blocks (N % 32 = 16),
+ * K not a multiple of the 256-k stage, G = K below, at and above one stage, G = K = 64 (group
+ * rows past K / G in the box), M at 1, 8 (x box of 8 rows), 9 and 16 (the M16 kernel), a ring
+ * that wraps (K beyond the slots) with one block per SM (15 consumer warps) and with more blocks
+ * than SMs (8 consumers, smaller ring), column-major y. */
+static void tma_decode(void **state) {
+  (void)state;
+  const bool small = getenv("KILN_TEST_SANITIZER") != NULL;
+  const icase cs[] = {
+      {1, 256, 16, 32, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
+      {3, 264, 48, 264, 0, 0, TEST_BF16, TEST_F16, ROW, ROW, 0, 0},
+      {8, 640, 96, 128, 1, 0, TEST_F16, TEST_BF16, ROW, COL, 8, 0},
+      {9, 640, 112, 64, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0},
+      {16, 1152, 64, 32, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 16, 0},
+      {16, 96, 32, 96, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 0, 0},
+      {5, 64, 16, 64, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
+      {2, 16, 16, 16, 0, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
+      {1, small ? 4096 : 16384, 64, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0},
+      {4, 512, 8192, 64, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
+      {2, small ? 2048 : 8192, 4352, 32, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0},
+      {12, small ? 1024 : 4096, 4224, 128, 1, 0, TEST_F16, TEST_F32, ROW, COL, 0, 0},
+  };
+  const int n = (int)(sizeof cs / sizeof cs[0]);
+  const int failures = run_cases(cs, n);
+  rerun_identical(1, 4096, 4096, 128, TEST_F16);
+  rerun_identical(16, 2048, 4352, 32, TEST_BF16);
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
 /* The fused QKV tests' problem: x [M, 512], three weights of GQA widths (512, 128, 136), each its
  * own group size (128, 64, 512), symmetric, asymmetric and act-order, outputs of dtype yd with a
  * column-major k, poisoned. */
@@ -305,19 +335,24 @@ typedef struct qkvfix {
   gmat gx, gy[3];
 } qkvfix;
 
-static void qkv_setup(qkvfix *f, int64_t M, DLDataType xd, DLDataType yd) {
-  *f = (qkvfix){.M = M, .K = 512, .N = {512, 128, 136}, .G = {128, 64, 512}, .xd = xd};
+/* TMA: the widths and groups of the sm_90a kernel's fused call (every N a multiple of 16, no
+ * act-order), else the default ones above. */
+static void qkv_setup_as(qkvfix *f, int64_t M, DLDataType xd, DLDataType yd, bool tma) {
+  *f = tma ? (qkvfix){.M = M, .K = 512, .N = {512, 128, 144}, .G = {128, 32, 512}, .xd = xd}
+           : (qkvfix){.M = M, .K = 512, .N = {512, 128, 136}, .G = {128, 64, 512}, .xd = xd};
   tm_compact(&f->x, xd, 2, 1, M, f->K);
   tm_fill(&f->x);
   gmat_up(&f->gx, &f->x);
   for (int i = 0; i < 3; i++) {
-    tq_make(&f->w[i], f->K, f->N[i], f->G[i], i != 1, i == 2);
+    tq_make(&f->w[i], f->K, f->N[i], f->G[i], i != 1, i == 2 && !tma);
     gweight_up(&f->gw[i], &f->w[i].q);
     tm_init(&f->y[i], yd, 2, 1, M, f->N[i], i == 1 ? COL : ROW, 2, 0, 0);
     tm_poison(&f->y[i]);
     gmat_up(&f->gy[i], &f->y[i]);
   }
 }
+
+static void qkv_setup(qkvfix *f, int64_t M, DLDataType xd, DLDataType yd) { qkv_setup_as(f, M, xd, yd, false); }
 
 static void qkv_free(qkvfix *f) {
   for (int i = 0; i < 3; i++) kiln_tensor_free(f->gy[i].dev), gweight_free(&f->gw[i]), tm_free(&f->y[i]), tq_free(&f->w[i]);
@@ -341,15 +376,14 @@ static void qkv_call(qkvfix *f, const kiln_qkv_opts *opts) {
 }
 
 /* The fused QKV call (DECODE) at M 1, 16, 37: every output, and each projection's own
- * kiln_matmul_int4, against the reference. */
-static void qkv_fused(void **state) {
-  (void)state;
+ * kiln_matmul_int4, against the reference (tma: the widths the sm_90a kernel takes). */
+static void qkv_fused_as(bool tma) {
   static const int64_t Ms[3] = {1, 16, 37};
   for (int mi = 0; mi < 3; mi++)
     for (int xt = 0; xt < 2; xt++) {
       const DLDataType xd = xt ? TEST_BF16 : TEST_F16, yd = mi == 1 ? TEST_F32 : xd;
       qkvfix f;
-      qkv_setup(&f, Ms[mi], xd, yd);
+      qkv_setup_as(&f, Ms[mi], xd, yd, tma);
       qkv_call(&f, NULL);
       for (int i = 0; i < 3; i++) {
         char what[140];
@@ -372,6 +406,14 @@ static void qkv_fused(void **state) {
       }
       qkv_free(&f);
     }
+}
+static void qkv_fused(void **state) {
+  (void)state;
+  qkv_fused_as(false);
+}
+static void qkv_fused_tma(void **state) {
+  (void)state;
+  qkv_fused_as(true);
 }
 
 /* The fused QKV call's PREFILL (each projection dequantized into one shared workspace, then
@@ -673,7 +715,8 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(groups_dtypes),  cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
-      cmocka_unit_test(aligned_decode), cmocka_unit_test(qkv_fused),           cmocka_unit_test(qkv_prefill),
+      cmocka_unit_test(aligned_decode), cmocka_unit_test(tma_decode), cmocka_unit_test(qkv_fused),
+      cmocka_unit_test(qkv_fused_tma),           cmocka_unit_test(qkv_prefill),
       cmocka_unit_test(qkv_prefill_merged), cmocka_unit_test(qkv_int8),        cmocka_unit_test(qkv_int8_prefill),
       cmocka_unit_test(deterministic),  cmocka_unit_test(prefill),             cmocka_unit_test(refusals),
   };

@@ -224,20 +224,21 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
                        "%s: opts->tile_m is 192 but D is %d; the wide sm_90a forward takes head dims <= 64; use "
                        "tile_m 0 or 128",
                        op, a->d);
-    const bool bf16 = a->in_dtype == KILN_DT_BF16;
-    const unsigned hq = (unsigned)a->hq;
+    /* the configuration: its kernel, rows per block (q box), keys per ring tile (k, v boxes),
+     * threads and shared memory */
+    typedef struct { kiln_kernel_id kernel; uint32_t bm, bn; unsigned threads, smem; } config;
+    config c;
     if (algo == KILN_ATTENTION_SMEM || (algo == KILN_ATTENTION_AUTO && !tile_m && short_wins(a)))
-      return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_SH_f16_D64, KILN_K_ATTN_FWD_SH_bf16_D64, a),
-                          (unsigned)((a->sq + KILN_ATTN_SH_BM - 1) / KILN_ATTN_SH_BM), hq, KILN_ATTN_SH_THREADS,
-                          (unsigned)KILN_ATTN_SH_SMEM_BYTES(dp), KILN_ATTN_SH_BM, (uint32_t)KILN_ATTN_SH_BN(dp), false,
-                          stream);
-    if (tile_m == 192 || (!tile_m && wide_wins(a)))
-      return launch_wgmma(ctx, op, a, bf16 ? KILN_K_ATTN_FWD_WD_bf16_D64 : KILN_K_ATTN_FWD_WD_f16_D64,
-                          (unsigned)((a->sq + KILN_ATTN_WD_BM - 1) / KILN_ATTN_WD_BM), hq, KILN_ATTN_WD_THREADS,
-                          (unsigned)KILN_ATTN_WD_SMEM_BYTES, KILN_ATTN_WD_BM, KILN_ATTN_WG_BN, false, stream);
-    return launch_wgmma(ctx, op, a, family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a),
-                        (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), hq, KILN_ATTN_WG_THREADS,
-                        (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp), KILN_ATTN_WG_BM, KILN_ATTN_WG_BN, false, stream);
+      c = (config){family_kernel(KILN_K_ATTN_FWD_SH_f16_D64, KILN_K_ATTN_FWD_SH_bf16_D64, a), KILN_ATTN_SH_BM,
+                   (uint32_t)KILN_ATTN_SH_BN(dp), KILN_ATTN_SH_THREADS, (unsigned)KILN_ATTN_SH_SMEM_BYTES(dp)};
+    else if (tile_m == 192 || (!tile_m && wide_wins(a)))
+      c = (config){a->in_dtype == KILN_DT_BF16 ? KILN_K_ATTN_FWD_WD_bf16_D64 : KILN_K_ATTN_FWD_WD_f16_D64,
+                   KILN_ATTN_WD_BM, KILN_ATTN_WG_BN, KILN_ATTN_WD_THREADS, (unsigned)KILN_ATTN_WD_SMEM_BYTES};
+    else
+      c = (config){family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a), KILN_ATTN_WG_BM,
+                   KILN_ATTN_WG_BN, KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp)};
+    return launch_wgmma(ctx, op, a, c.kernel, (unsigned)((a->sq + c.bm - 1) / c.bm), (unsigned)a->hq, c.threads, c.smem,
+                        c.bm, c.bn, false, stream);
   }
   const kiln_kernel_id kernel = family_kernel(KILN_K_ATTN_FWD_f16_D64, KILN_K_ATTN_FWD_bf16_D64, a);
   kiln_attn_args args = *a;
