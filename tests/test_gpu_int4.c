@@ -293,13 +293,12 @@ static void aligned_decode(void **state) {
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
 }
 
-/* The shapes of the sm_90a TMA kernel (wa16_decode_sm90.cu; on other GPUs they run the sm_80
- * kernel): M <= 16, N a multiple of 16, 16-byte x rows, no act-order. Half blocks (N % 32 = 16),
- * K not a multiple of the 256-k stage, G = K below, at and above one stage, G = K = 64 (group
- * rows past K / G in the box), M at 1, 8 (x box of 8 rows), 9 and 16 (the M16 kernel), a ring
- * that wraps (K beyond the slots) with one block per SM (15 consumer warps) and with more blocks
- * than SMs (8 consumers, smaller ring), column-major y. */
-static void tma_decode(void **state) {
+/* Decode edges with aligned buffers (N a multiple of 16, 16-byte x rows, no act-order): half
+ * blocks (N % 32 = 16), K not a multiple of the 128-k unit of the unguarded loop, one group per
+ * column at G = K = 16, 64, 96 and 264, M at 1, 8, 9 and 16, long K (16384) on two blocks, more
+ * blocks than SMs, column-major y, and two bit-identical reruns. (Written for the sm_90a TMA rung,
+ * scripts/rungs/wa16-tma-ring.patch, whose 256-k stages and 32-column boxes they cross.) */
+static void decode_edges(void **state) {
   (void)state;
   const bool small = getenv("KILN_TEST_SANITIZER") != NULL;
   const icase cs[] = {
@@ -335,16 +334,16 @@ typedef struct qkvfix {
   gmat gx, gy[3];
 } qkvfix;
 
-/* TMA: the widths and groups of the sm_90a kernel's fused call (every N a multiple of 16, no
- * act-order), else the default ones above. */
-static void qkv_setup_as(qkvfix *f, int64_t M, DLDataType xd, DLDataType yd, bool tma) {
-  *f = tma ? (qkvfix){.M = M, .K = 512, .N = {512, 128, 144}, .G = {128, 32, 512}, .xd = xd}
+/* aligned: widths all multiples of 16 and no act-order (group sizes 128, 32, 512), else the
+ * default problem above. */
+static void qkv_setup_as(qkvfix *f, int64_t M, DLDataType xd, DLDataType yd, bool aligned) {
+  *f = aligned ? (qkvfix){.M = M, .K = 512, .N = {512, 128, 144}, .G = {128, 32, 512}, .xd = xd}
            : (qkvfix){.M = M, .K = 512, .N = {512, 128, 136}, .G = {128, 64, 512}, .xd = xd};
   tm_compact(&f->x, xd, 2, 1, M, f->K);
   tm_fill(&f->x);
   gmat_up(&f->gx, &f->x);
   for (int i = 0; i < 3; i++) {
-    tq_make(&f->w[i], f->K, f->N[i], f->G[i], i != 1, i == 2 && !tma);
+    tq_make(&f->w[i], f->K, f->N[i], f->G[i], i != 1, i == 2 && !aligned);
     gweight_up(&f->gw[i], &f->w[i].q);
     tm_init(&f->y[i], yd, 2, 1, M, f->N[i], i == 1 ? COL : ROW, 2, 0, 0);
     tm_poison(&f->y[i]);
@@ -376,14 +375,14 @@ static void qkv_call(qkvfix *f, const kiln_qkv_opts *opts) {
 }
 
 /* The fused QKV call (DECODE) at M 1, 16, 37: every output, and each projection's own
- * kiln_matmul_int4, against the reference (tma: the widths the sm_90a kernel takes). */
-static void qkv_fused_as(bool tma) {
+ * kiln_matmul_int4, against the reference (aligned: qkv_setup_as's aligned problem). */
+static void qkv_fused_as(bool aligned) {
   static const int64_t Ms[3] = {1, 16, 37};
   for (int mi = 0; mi < 3; mi++)
     for (int xt = 0; xt < 2; xt++) {
       const DLDataType xd = xt ? TEST_BF16 : TEST_F16, yd = mi == 1 ? TEST_F32 : xd;
       qkvfix f;
-      qkv_setup_as(&f, Ms[mi], xd, yd, tma);
+      qkv_setup_as(&f, Ms[mi], xd, yd, aligned);
       qkv_call(&f, NULL);
       for (int i = 0; i < 3; i++) {
         char what[140];
@@ -411,7 +410,7 @@ static void qkv_fused(void **state) {
   (void)state;
   qkv_fused_as(false);
 }
-static void qkv_fused_tma(void **state) {
+static void qkv_fused_aligned(void **state) {
   (void)state;
   qkv_fused_as(true);
 }
@@ -715,8 +714,8 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(groups_dtypes),  cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
-      cmocka_unit_test(aligned_decode), cmocka_unit_test(tma_decode), cmocka_unit_test(qkv_fused),
-      cmocka_unit_test(qkv_fused_tma),           cmocka_unit_test(qkv_prefill),
+      cmocka_unit_test(aligned_decode), cmocka_unit_test(decode_edges), cmocka_unit_test(qkv_fused),
+      cmocka_unit_test(qkv_fused_aligned),           cmocka_unit_test(qkv_prefill),
       cmocka_unit_test(qkv_prefill_merged), cmocka_unit_test(qkv_int8),        cmocka_unit_test(qkv_int8_prefill),
       cmocka_unit_test(deterministic),  cmocka_unit_test(prefill),             cmocka_unit_test(refusals),
   };
