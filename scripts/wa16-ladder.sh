@@ -5,7 +5,22 @@
 # (sm_80 register ring and sm_90a TMA ring, where the build has them). Logs go to $OUT.
 #   scripts/wa16-ladder.sh build-ladder/slim/v4 build-ladder/slim/v5
 # docs/performance.md records each rung's prediction and measurement.
+#
+# Rung builds (here, before the GPU call; slim kiln-bench builds under build-ladder/slim/wa16-*):
+#   scripts/wa16-ladder.sh build [NAME...]
+# v12 tma-ring: the weight streamed through shared memory by TMA (sm_90a), measured slower than
+#   v9 on every decode shape; tma-probe: the same with consumers that only wait and release, i.e.
+#   what TMA alone delivers (docs/performance.md, "v12").
 set -u
+if [ "${1:-}" = build ]; then
+  shift
+  WANT="$*"
+  cd "$(dirname "$0")/.."
+  . scripts/ladder-lib.sh
+  ladder_step wa16 tma-ring "" b74e48a scripts/rungs/wa16-tma-ring.patch
+  ladder_step wa16 tma-probe "KILN_WA16_TMA_PROBE=1" b74e48a scripts/rungs/wa16-tma-ring.patch
+  exit 0
+fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
 last=
 for b in "$@"; do
