@@ -10,7 +10,11 @@
 #   scripts/wa16-ladder.sh build [NAME...]
 # v12 tma-ring: the weight streamed through shared memory by TMA (sm_90a), measured slower than
 #   v9 on every decode shape; tma-probe: the same with consumers that only wait and release, i.e.
-#   what TMA alone delivers (docs/performance.md, "v12").
+#   what TMA alone delivers; slab-probe and slab: the stage's codes fetched as one contiguous 4 KB
+#   bulk copy (the bytes a [N/32][K/8][32]-word layout would hold there; results wrong, timing
+#   what such a layout would give), without and with the compute; box-codes-probe and
+#   slab-codes-probe: the probes with the codes' copy alone, one TMA operation a stage instead of
+#   four (docs/performance.md, "v12").
 set -u
 if [ "${1:-}" = build ]; then
   shift
@@ -19,6 +23,11 @@ if [ "${1:-}" = build ]; then
   . scripts/ladder-lib.sh
   ladder_step wa16 tma-ring "" b74e48a scripts/rungs/wa16-tma-ring.patch
   ladder_step wa16 tma-probe "KILN_WA16_TMA_PROBE=1" b74e48a scripts/rungs/wa16-tma-ring.patch
+  ladder_step wa16 slab-probe "KILN_WA16_TMA_PROBE=1;KILN_WA16_TMA_SLAB_PROBE=1" b74e48a scripts/rungs/wa16-tma-ring.patch
+  ladder_step wa16 slab "KILN_WA16_TMA_SLAB_PROBE=1" b74e48a scripts/rungs/wa16-tma-ring.patch
+  ladder_step wa16 box-codes-probe "KILN_WA16_TMA_PROBE=1;KILN_WA16_TMA_CODES_ONLY=1" b74e48a scripts/rungs/wa16-tma-ring.patch
+  ladder_step wa16 slab-codes-probe "KILN_WA16_TMA_PROBE=1;KILN_WA16_TMA_SLAB_PROBE=1;KILN_WA16_TMA_CODES_ONLY=1" b74e48a \
+    scripts/rungs/wa16-tma-ring.patch
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
