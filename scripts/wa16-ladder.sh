@@ -29,8 +29,9 @@ if [ "${1:-}" = build ]; then
   ladder_step wa16 box-codes-probe "KILN_WA16_TMA_PROBE=1;KILN_WA16_TMA_CODES_ONLY=1" b74e48a scripts/rungs/wa16-tma-ring.patch
   ladder_step wa16 slab-codes-probe "KILN_WA16_TMA_PROBE=1;KILN_WA16_TMA_SLAB_PROBE=1;KILN_WA16_TMA_CODES_ONLY=1" b74e48a \
     scripts/rungs/wa16-tma-ring.patch
-  ladder_step wa16 tma-v13 "" b74e48a scripts/rungs/wa16-tma-v13.patch
-  ladder_step wa16 tma-v13-probe "KILN_WA16_TMA_PROBE=1" b74e48a scripts/rungs/wa16-tma-v13.patch
+  ladder_step wa16 tma-v13 "" b74e48a "scripts/rungs/wa16-tma-ring.patch scripts/rungs/wa16-tma-v13.patch"
+  ladder_step wa16 tma-v13-probe "KILN_WA16_TMA_PROBE=1" b74e48a \
+    "scripts/rungs/wa16-tma-ring.patch scripts/rungs/wa16-tma-v13.patch"
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
