@@ -15,7 +15,8 @@
 #   what such a layout would give), without and with the compute; box-codes-probe and
 #   slab-codes-probe: the probes with the codes' copy alone, one TMA operation a stage instead of
 #   four (docs/performance.md, "v12"). v13 tma-v13 (and its probe): stages of 1024 k, four TMA
-#   operations per ~19 KB instead of per ~5 KB; built, not yet measured.
+#   operations per ~19 KB instead of per ~5 KB; tma-v13-s512 / -s2048: stages of 512 / 2048 k;
+#   built, not yet measured.
 set -u
 if [ "${1:-}" = build ]; then
   shift
@@ -31,6 +32,10 @@ if [ "${1:-}" = build ]; then
     scripts/rungs/wa16-tma-ring.patch
   ladder_step wa16 tma-v13 "" b74e48a "scripts/rungs/wa16-tma-ring.patch scripts/rungs/wa16-tma-v13.patch"
   ladder_step wa16 tma-v13-probe "KILN_WA16_TMA_PROBE=1" b74e48a \
+    "scripts/rungs/wa16-tma-ring.patch scripts/rungs/wa16-tma-v13.patch"
+  ladder_step wa16 tma-v13-s512 "KILN_WA16_TMA_STAGE_K=512" b74e48a \
+    "scripts/rungs/wa16-tma-ring.patch scripts/rungs/wa16-tma-v13.patch"
+  ladder_step wa16 tma-v13-s2048 "KILN_WA16_TMA_STAGE_K=2048" b74e48a \
     "scripts/rungs/wa16-tma-ring.patch scripts/rungs/wa16-tma-v13.patch"
   exit 0
 fi
