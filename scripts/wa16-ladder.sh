@@ -23,20 +23,19 @@ if [ "${1:-}" = build ]; then
   WANT="$*"
   cd "$(dirname "$0")/.."
   . scripts/ladder-lib.sh
-  ladder_step wa16 tma-ring "" b74e48a scripts/rungs/wa16-tma-ring.patch
-  ladder_step wa16 tma-probe "KILN_WA16_TMA_PROBE=1" b74e48a scripts/rungs/wa16-tma-ring.patch
-  ladder_step wa16 slab-probe "KILN_WA16_TMA_PROBE=1;KILN_WA16_TMA_SLAB_PROBE=1" b74e48a scripts/rungs/wa16-tma-ring.patch
-  ladder_step wa16 slab "KILN_WA16_TMA_SLAB_PROBE=1" b74e48a scripts/rungs/wa16-tma-ring.patch
-  ladder_step wa16 box-codes-probe "KILN_WA16_TMA_PROBE=1;KILN_WA16_TMA_CODES_ONLY=1" b74e48a scripts/rungs/wa16-tma-ring.patch
-  ladder_step wa16 slab-codes-probe "KILN_WA16_TMA_PROBE=1;KILN_WA16_TMA_SLAB_PROBE=1;KILN_WA16_TMA_CODES_ONLY=1" b74e48a \
-    scripts/rungs/wa16-tma-ring.patch
-  ladder_step wa16 tma-v13 "" b74e48a "scripts/rungs/wa16-tma-ring.patch scripts/rungs/wa16-tma-v13.patch"
-  ladder_step wa16 tma-v13-probe "KILN_WA16_TMA_PROBE=1" b74e48a \
-    "scripts/rungs/wa16-tma-ring.patch scripts/rungs/wa16-tma-v13.patch"
-  ladder_step wa16 tma-v13-s512 "KILN_WA16_TMA_STAGE_K=512" b74e48a \
-    "scripts/rungs/wa16-tma-ring.patch scripts/rungs/wa16-tma-v13.patch"
-  ladder_step wa16 tma-v13-s2048 "KILN_WA16_TMA_STAGE_K=2048" b74e48a \
-    "scripts/rungs/wa16-tma-ring.patch scripts/rungs/wa16-tma-v13.patch"
+  ring=scripts/rungs/wa16-tma-ring.patch
+  v13="$ring scripts/rungs/wa16-tma-v13.patch"
+  ladder_step wa16 tma-ring "" b74e48a "$ring"
+  ladder_step wa16 tma-probe "KILN_WA16_TMA_PROBE=1" b74e48a "$ring"
+  ladder_step wa16 slab-probe "KILN_WA16_TMA_PROBE=1;KILN_WA16_TMA_SLAB_PROBE=1" b74e48a "$ring"
+  ladder_step wa16 slab "KILN_WA16_TMA_SLAB_PROBE=1" b74e48a "$ring"
+  ladder_step wa16 box-codes-probe "KILN_WA16_TMA_PROBE=1;KILN_WA16_TMA_CODES_ONLY=1" b74e48a "$ring"
+  ladder_step wa16 slab-codes-probe "KILN_WA16_TMA_PROBE=1;KILN_WA16_TMA_SLAB_PROBE=1;KILN_WA16_TMA_CODES_ONLY=1" \
+    b74e48a "$ring"
+  ladder_step wa16 tma-v13 "" b74e48a "$v13"
+  ladder_step wa16 tma-v13-probe "KILN_WA16_TMA_PROBE=1" b74e48a "$v13"
+  ladder_step wa16 tma-v13-s512 "KILN_WA16_TMA_STAGE_K=512" b74e48a "$v13"
+  ladder_step wa16 tma-v13-s2048 "KILN_WA16_TMA_STAGE_K=2048" b74e48a "$v13"
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)

@@ -184,10 +184,11 @@ static int run_case(const icase *c) {
   return ok;
 }
 
-static int run_cases(const icase *cs, int n) {
+/* Every case runs (each failure is listed), then the test fails if any did. */
+static void run_cases(const icase *cs, int n) {
   int failures = 0;
   for (int i = 0; i < n; i++) failures += !run_case(&cs[i]);
-  return failures;
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -206,8 +207,7 @@ static void groups_dtypes(void **state) {
           const DLDataType xd = xt ? TEST_BF16 : TEST_F16, yd = yt == 0 ? TEST_F32 : yt == 1 ? TEST_F16 : TEST_BF16;
           cs[n++] = (icase){1 + (g + yt) % 4 * 5, 256, 96, groups[g], sym, 0, xd, yd, ROW, ROW, 0, 0};
         }
-  const int failures = run_cases(cs, n);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  run_cases(cs, n);
 }
 
 /* Ragged M (several 16-row tiles), N not a multiple of 4 or 32 (scalar weight loads, partial
@@ -225,8 +225,7 @@ static void ragged_layouts_perm(void **state) {
       {5, 256, 257, 128, 0, 1, TEST_BF16, TEST_F32, COL, ROW, 1, 0},
       {100, 128, 40, 128, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 8, 0},
   };
-  const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
 }
 
 /* A decode-size layer (K = N = 4096, G = 128) at M = 1 and 16; smaller under the sanitizer. */
@@ -238,8 +237,7 @@ static void decode_layer(void **state) {
       {16, S, S, 128, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 0, 0},
       {7, S, S + 8, 64, 0, 1, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
   };
-  const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
 }
 
 /* The same call twice gives the same bits (no atomics: warps' partial sums add in order). */
@@ -287,10 +285,8 @@ static void aligned_decode(void **state) {
       {7, 1024, 160, 64, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 1, 0}, /* x rows not 16-byte aligned */
       {6, 384, 96, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 3, 0},
   };
-  const int n = (int)(sizeof cs / sizeof cs[0]);
-  const int failures = run_cases(cs, n);
   rerun_identical(8, 2048, 512, 64, TEST_BF16);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
 }
 
 /* Decode edges with aligned buffers (N a multiple of 16, 16-byte x rows, no act-order): half
@@ -315,11 +311,9 @@ static void decode_edges(void **state) {
       {2, small ? 2048 : 8192, 4352, 32, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0},
       {12, small ? 1024 : 4096, 4224, 128, 1, 0, TEST_F16, TEST_F32, ROW, COL, 0, 0},
   };
-  const int n = (int)(sizeof cs / sizeof cs[0]);
-  const int failures = run_cases(cs, n);
   rerun_identical(1, 4096, 4096, 128, TEST_F16);
   rerun_identical(16, 2048, 4352, 32, TEST_BF16);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
 }
 
 /* The fused QKV tests' problem: x [M, 512], three weights of GQA widths (512, 128, 136), each its
@@ -337,8 +331,8 @@ typedef struct qkvfix {
 /* aligned: widths all multiples of 16 and no act-order (group sizes 128, 32, 512), else the
  * default problem above. */
 static void qkv_setup_as(qkvfix *f, int64_t M, DLDataType xd, DLDataType yd, bool aligned) {
-  *f = aligned ? (qkvfix){.M = M, .K = 512, .N = {512, 128, 144}, .G = {128, 32, 512}, .xd = xd}
-           : (qkvfix){.M = M, .K = 512, .N = {512, 128, 136}, .G = {128, 64, 512}, .xd = xd};
+  *f = (qkvfix){
+      .M = M, .K = 512, .N = {512, 128, aligned ? 144 : 136}, .G = {128, aligned ? 32 : 64, 512}, .xd = xd};
   tm_compact(&f->x, xd, 2, 1, M, f->K);
   tm_fill(&f->x);
   gmat_up(&f->gx, &f->x);
@@ -655,8 +649,7 @@ static void prefill(void **state) {
       {1000, 512, 33, 32, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 5, 2},
       {5, 128, 64, 128, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 1}, /* explicit PREFILL at small M */
   };
-  const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
 }
 
 /* PREFILL without enough workspace, or with one that overlaps an operand, is refused with the
@@ -714,8 +707,8 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(groups_dtypes),  cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
-      cmocka_unit_test(aligned_decode), cmocka_unit_test(decode_edges), cmocka_unit_test(qkv_fused),
-      cmocka_unit_test(qkv_fused_aligned),           cmocka_unit_test(qkv_prefill),
+      cmocka_unit_test(aligned_decode), cmocka_unit_test(decode_edges),        cmocka_unit_test(qkv_fused),
+      cmocka_unit_test(qkv_fused_aligned), cmocka_unit_test(qkv_prefill),
       cmocka_unit_test(qkv_prefill_merged), cmocka_unit_test(qkv_int8),        cmocka_unit_test(qkv_int8_prefill),
       cmocka_unit_test(deterministic),  cmocka_unit_test(prefill),             cmocka_unit_test(refusals),
   };
