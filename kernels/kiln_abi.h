@@ -365,4 +365,39 @@ typedef struct kiln_qkv_args {
  * 32 columns of one projection and 8 or 16 rows of x. */
 #define KILN_WA16_THREADS 512
 
+/* The sm_90a W4A16 decode kernel (kernels/wa16_decode_sm90.cu): a block owns 32 columns of one
+ * projection and all of M <= 16; TMA copies K in stages of KILN_WA16_TMA_STAGE_K with four
+ * operations (codes, the stage's scales and zeros, that much of x) into a ring of `ring` slots.
+ * A stage is KILN_WA16_TMA_UNITS units of 256 k, which `consumers` warps (blockDim.x / 32 - 1)
+ * take in turn; the last warp issues the copies. x_rows is the height of x's box (M),
+ * group_rows[i] that of projection i's scales and zeros boxes (STAGE_K / group when the group
+ * divides the stage, else 1). */
+#ifndef KILN_WA16_TMA_STAGE_K /* tuning (KILN_TUNE_DEFS): 512, 1024 or 2048 (the codes box is STAGE_K / 8 <= 256 rows) */
+#define KILN_WA16_TMA_STAGE_K 1024
+#endif
+#define KILN_WA16_TMA_UNIT_K 256
+#define KILN_WA16_TMA_UNITS (KILN_WA16_TMA_STAGE_K / KILN_WA16_TMA_UNIT_K)
+#define KILN_WA16_TMA_MAX_WARPS 17 /* up to 16 consumers + 1 producer */
+#define KILN_WA16_TMA_M16_WARPS 9  /* M16: 8 consumers + 1 producer */
+/* 96 registers: 5 warps of a scheduler's 16 K registers, so two blocks of 8 consumers + 1
+ * producer (18 warps, up to 5 on one of the 4 schedulers) fit on an SM */
+#define KILN_WA16_TMA_MAX_REGS 96
+#define KILN_WA16_TMA_BAR_BYTES 512 /* full and empty mbarriers of up to 32 slots */
+#define KILN_WA16_TMA_MAX_RING 32
+#ifndef KILN_WA16_TMA_RING /* tuning: the most slots a block's ring takes (KILN_TUNE_DEFS) */
+#define KILN_WA16_TMA_RING KILN_WA16_TMA_MAX_RING
+#endif
+/* Bytes of one slot: codes [STAGE_K / 8][32] u32, scales [STAGE_K / 32][32] f16, zeros
+ * [STAGE_K / 32][32] u8 (room for G = 32's group rows), then x [x_rows][UNITS][UNIT_K] f16/bf16. */
+#define KILN_WA16_TMA_CODE_BYTES (KILN_WA16_TMA_STAGE_K / 8 * 32 * 4)
+#define KILN_WA16_TMA_SCALE_BYTES (KILN_WA16_TMA_STAGE_K / 32 * 32 * 2)
+#define KILN_WA16_TMA_ZERO_BYTES (KILN_WA16_TMA_STAGE_K / 32 * 32)
+#define KILN_WA16_TMA_X_AT (KILN_WA16_TMA_CODE_BYTES + KILN_WA16_TMA_SCALE_BYTES + KILN_WA16_TMA_ZERO_BYTES)
+#define KILN_WA16_TMA_SLOT_BYTES(x_rows) (KILN_WA16_TMA_X_AT + (x_rows) * KILN_WA16_TMA_STAGE_K * 2)
+typedef struct kiln_wa16_tma_args {
+  kiln_qkv_args a;
+  int32_t ring, x_rows;
+  int32_t group_rows[3];
+} kiln_wa16_tma_args;
+
 #endif /* KILN_ABI_H */

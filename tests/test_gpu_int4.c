@@ -310,6 +310,8 @@ static void decode_edges(void **state) {
       {4, 512, 8192, 64, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
       {2, small ? 2048 : 8192, 4352, 32, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0},
       {12, small ? 1024 : 4096, 4224, 128, 1, 0, TEST_F16, TEST_F32, ROW, COL, 0, 0},
+      {3, 1280, 48, 64, 1, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0}, /* v13: a stage and one unit */
+      {4, 512, 32, 512, 0, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},  /* v13: G = K, two group rows */
   };
   rerun_identical(1, 4096, 4096, 128, TEST_F16);
   rerun_identical(16, 2048, 4352, 32, TEST_BF16);

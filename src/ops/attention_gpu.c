@@ -130,7 +130,7 @@ static kiln_status attn_map(const kiln_context *ctx, const char *op, const char 
   }
   const uint32_t box[4] = {64, rows, 1, 1};
   const int type = a->in_dtype == KILN_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return kiln_tma_map(ctx, op, type, 4, data, dims, strides, box, map);
+  return kiln_tma_map(ctx, op, type, 4, data, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, map);
 }
 
 /* One WGMMA kernel: its TMA maps (q, k, v, and dO for the backward, as the kernels read it: the

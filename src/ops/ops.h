@@ -53,11 +53,13 @@ int kiln_wgmma_tile_n(int64_t m, int64_t n, int64_t batch, int sms);
  * blocks or pairs). The caller has entered the context. */
 kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kernel_id kernel, const kiln_matrix *A,
                               const kiln_matrix *B, int bn, bool pair, int64_t items, void *args, CUstream stream);
-/* A TMA descriptor in the layout every wgmma operand uses: rank dimensions (innermost first),
- * rank - 1 byte strides (multiples of 16, below 2^40: the caller checks), box, 128-byte swizzle,
- * zero fill outside the tensor. type: CU_TENSOR_MAP_DATA_TYPE_*. Also used by attention_gpu.c. */
+/* A TMA descriptor: rank dimensions (innermost first), rank - 1 byte strides (multiples of 16,
+ * below 2^40: the caller checks), box, swizzle (CU_TENSOR_MAP_SWIZZLE_128B for every wgmma
+ * operand, _NONE for the W4A16 decode kernel's plain rows), zero fill outside the tensor.
+ * type: CU_TENSOR_MAP_DATA_TYPE_*. Also used by attention_gpu.c and wa16_gpu.c. */
 kiln_status kiln_tma_map(const kiln_context *ctx, const char *op, int type, uint32_t rank, const void *data,
-                         const uint64_t *dims, const uint64_t *strides, const uint32_t *box, kiln_tensor_map *map);
+                         const uint64_t *dims, const uint64_t *strides, const uint32_t *box, int swizzle,
+                         kiln_tensor_map *map);
 
 /* Attention on the GPU (src/ops/attention_gpu.c): args validated by src/ops/attention.c, the
  * context entered. algo is any kiln_attention_algo but AUTO's CPU meaning; tile_m is opts.tile_m

@@ -11,14 +11,114 @@
  * outputs, for the three weights side by side (qkv_project.c; kernels/w8_dequant.cu for int8).
  */
 #include <inttypes.h>
+#include <string.h>
 
 #include "ops.h"
+
+/* The sm_90a W4A16 kernel (kernels/wa16_decode_sm90.cu: the weight streamed through shared
+ * memory by TMA) where TMA can address every buffer; a tuning switch (KILN_TUNE_DEFS) turns it
+ * off, so a rung build can measure the sm_80 kernel beside it in one run. */
+#ifndef KILN_WA16_TMA
+#define KILN_WA16_TMA 1
+#endif
+
+static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+/* Every projection's rows of codes (n·4 bytes), scales (n·2) and zeros (n) a multiple of 16 bytes,
+ * every buffer 16-byte aligned, no act-order; x row-major with 16-byte rows. M <= 16 (one block
+ * row of x). */
+static bool tma_fits(const kiln_context *ctx, const kiln_qkv_args *a) {
+  if (!KILN_WA16_TMA || ctx->arch != 90 || a->m > 16) return false;
+  if (a->x_cs != 1 || (a->m > 1 && (a->x_rs * 2) % 16 != 0) || !aligned16(a->x)) return false;
+  if (a->k % KILN_WA16_TMA_UNIT_K) return false; /* x's map views each row as [K / 256][256] */
+  for (int i = 0; i < 3; i++) {
+    const kiln_qkv_proj *p = &a->proj[i];
+    if (p->n == 0) continue;
+    if (p->perm || p->n % 16 || !aligned16(p->codes) || !aligned16(p->scales) || !aligned16(p->zeros)) return false;
+  }
+  return true;
+}
+
+/* Rows of a stage's scales and zeros boxes: the groups of a stage when G divides it (G = 32, 64,
+ * 128), else the one row of the group the stage lies in (G = K). */
+static int32_t tma_group_rows(int64_t group) {
+  const int64_t sk = KILN_WA16_TMA_STAGE_K;
+  return group >= 32 && group < sk && sk % group == 0 ? (int32_t)(sk / group) : 1;
+}
+
+static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_qkv_args *a, CUstream stream) {
+  const bool m16 = a->m > 8;
+  kiln_wa16_tma_args args = {.a = *a, .x_rows = a->m};
+  kiln_tensor_map xmap, maps[9]; /* codes[3], scales[3], zeros[3] */
+  memset(maps, 0, sizeof maps);
+  /* x as [M][K / 256][256], so that one box of [x_rows][UNITS][256] brings a stage's x */
+  const uint64_t xdims[3] = {KILN_WA16_TMA_UNIT_K, (uint64_t)a->k / KILN_WA16_TMA_UNIT_K, (uint64_t)a->m};
+  /* x's row stride; over M = 1 it addresses nothing, but TMA wants a multiple of 16 */
+  const uint64_t xstride[2] = {KILN_WA16_TMA_UNIT_K * 2,
+                               a->m > 1 ? (uint64_t)a->x_rs * 2 : ((uint64_t)a->k * 2 + 15) & ~15ull};
+  const uint32_t xbox[3] = {KILN_WA16_TMA_UNIT_K, KILN_WA16_TMA_UNITS, (uint32_t)a->m};
+  kiln_status st = kiln_tma_map(ctx, op, a->x_dtype == KILN_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                3, a->x, xdims, xstride, xbox, CU_TENSOR_MAP_SWIZZLE_NONE, &xmap);
+  int64_t blocks = 0;
+  for (int i = 0; i < 3 && !st; i++) {
+    const kiln_qkv_proj *p = &a->proj[i];
+    if (p->n == 0) continue;
+    blocks += (p->n + 31) / 32;
+    const uint64_t n = (uint64_t)p->n, words = (uint64_t)a->k / 8, groups = (uint64_t)(a->k / p->group);
+    const int32_t gr = args.group_rows[i] = tma_group_rows(p->group);
+    const uint64_t cdims[2] = {n, words}, cstride[1] = {n * 4}, sdims[2] = {n, groups}, sstride[1] = {n * 2},
+                   zstride[1] = {n};
+    const uint32_t cbox[2] = {32, KILN_WA16_TMA_STAGE_K / 8}, gbox[2] = {32, (uint32_t)gr};
+    if ((st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, p->codes, cdims, cstride, cbox,
+                           CU_TENSOR_MAP_SWIZZLE_NONE, &maps[i])) ||
+        (st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, p->scales, sdims, sstride, gbox,
+                           CU_TENSOR_MAP_SWIZZLE_NONE, &maps[3 + i])) ||
+        (st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, p->zeros, sdims, zstride, gbox,
+                           CU_TENSOR_MAP_SWIZZLE_NONE, &maps[6 + i])))
+      break;
+  }
+  if (st) return st;
+  /* Two 9-warp blocks per SM (8 consumers each) when the grid has more blocks than SMs and M <= 8
+   * (96 registers), so one block's ramp overlaps the other's stream; else one block per SM with
+   * 16 consumers (M16: 8, its registers). The ring: as many slots as K has stages, up to ~100 KB
+   * of shared memory a block for two, ~200 KB for one. */
+  const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
+  const bool two_per_sm = blocks > sms && !m16;
+  const int64_t stages = ((int64_t)a->k + KILN_WA16_TMA_STAGE_K - 1) / KILN_WA16_TMA_STAGE_K;
+  const int64_t slot = KILN_WA16_TMA_SLOT_BYTES(args.x_rows), budget = (two_per_sm ? 100 : 200) * 1024;
+  int64_t ring = budget / slot;
+  if (ring < 1) ring = 1;
+  if (ring > stages) ring = stages;
+  if (ring > KILN_WA16_TMA_RING) ring = KILN_WA16_TMA_RING;
+  /* When the ring wraps, each unit of a slot must belong to one consumer warp (ring·UNITS a
+   * multiple of the consumers): a warp then waits on a slot's next round only after it consumed
+   * its unit of the round before, and an mbarrier's parity wait cannot tell round r from r + 2. */
+  int consumers = m16 ? KILN_WA16_TMA_M16_WARPS - 1 : two_per_sm ? 8 : KILN_WA16_TMA_MAX_WARPS - 1;
+  if (ring < stages) {
+    const int64_t step = consumers % KILN_WA16_TMA_UNITS ? consumers : consumers / KILN_WA16_TMA_UNITS;
+    if (ring < step)
+      consumers = (int)(ring * KILN_WA16_TMA_UNITS);
+    else
+      ring -= ring % step;
+  }
+  args.ring = (int32_t)ring;
+  /* the ring's memory also holds the final reduction, [consumers][8 or 16][32] floats */
+  int64_t body = ring * slot, red = (int64_t)consumers * (m16 ? 16 : 8) * 32 * 4;
+  if (body < red) body = red;
+  const unsigned smem = (unsigned)(128 + KILN_WA16_TMA_BAR_BYTES + body); /* 128: the base's alignment */
+  static const kiln_kernel_id kernels[2][2] = {{KILN_K_W4A16_TMA_F16_M8, KILN_K_W4A16_TMA_F16_M16},
+                                               {KILN_K_W4A16_TMA_BF16_M8, KILN_K_W4A16_TMA_BF16_M16}};
+  void *params[] = {&args, &xmap, maps};
+  return kiln_launch(ctx, kernels[a->x_dtype == KILN_DT_BF16][m16], (unsigned)blocks, 1, 1,
+                     (unsigned)(32 * (consumers + 1)), smem, stream, params, op);
+}
 
 /* int8: the three weights are int8 [k, n] (w, scale); else kiln_qweights (codes, scales, ...). */
 static kiln_status wa16_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *a, bool int8,
                             CUstream stream) {
   if (a->algo == KILN_QKV_PREFILL) /* PREFILL runs kiln_matmul (qkv_project.c, matmul_int4.c), never this */
     return kiln_fail(KILN_ERROR_INTERNAL, "%s: internal error: PREFILL reached the DECODE kernels", op);
+  if (!int8 && tma_fits(ctx, a)) return wa16_tma(ctx, op, a, stream);
   int64_t blocks = 0; /* 32 columns each, projection after projection */
   for (int i = 0; i < 3; i++) blocks += (a->proj[i].n + 31) / 32;
   const bool m16 = a->m > 8; /* rows of x per block: 8 (decode) or 16 */

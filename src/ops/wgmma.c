@@ -16,12 +16,18 @@ bool kiln_wgmma_operand_ok(const kiln_matrix *m) {
   return (uintptr_t)m->data % 16 == 0 && (kiln_matrix_ld(m) * e) % 16 == 0 && (m->bs * e) % 16 == 0;
 }
 
+/* L2 promotion of every TMA map (a tuning switch, KILN_TUNE_DEFS: 0 none, 1 64 B, 2 128 B, 3 256 B) */
+#ifndef KILN_TMA_L2_PROMOTION
+#define KILN_TMA_L2_PROMOTION CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+#endif
+
 kiln_status kiln_tma_map(const kiln_context *ctx, const char *op, int type, uint32_t rank, const void *data,
-                         const uint64_t *dims, const uint64_t *strides, const uint32_t *box, kiln_tensor_map *map) {
+                         const uint64_t *dims, const uint64_t *strides, const uint32_t *box, int swizzle,
+                         kiln_tensor_map *map) {
   const uint32_t unit[5] = {1, 1, 1, 1, 1};
   CUresult r = ctx->cu->cuTensorMapEncodeTiled(map, type, rank, (void *)(uintptr_t)data, dims, strides, box, unit,
-                                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                               CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, KILN_TMA_L2_PROMOTION,
+                                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
 }
 
@@ -48,7 +54,7 @@ static kiln_status operand_map(const kiln_context *ctx, const char *op, const ch
   const int type = m->elem == 1            ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                    : KILN_IS_BF16(m->dtype) ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return kiln_tma_map(ctx, op, type, rank, m->data, dims, strides, box, map);
+  return kiln_tma_map(ctx, op, type, rank, m->data, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, map);
 }
 
 /* The widest tile whose 128-row tiles still give enough blocks. 128 x 256 tiles load the fewest

@@ -71,9 +71,12 @@ typedef struct kiln_tensor_map {
 
 enum {
   CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0, /* int8 operands: TMA moves bytes, the kernel reads them as s8 */
+  CU_TENSOR_MAP_DATA_TYPE_UINT16 = 1,
+  CU_TENSOR_MAP_DATA_TYPE_UINT32 = 2,
   CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
   CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
   CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+  CU_TENSOR_MAP_SWIZZLE_NONE = 0,
   CU_TENSOR_MAP_SWIZZLE_128B = 3,
   CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3,
   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0, /* out-of-bounds elements read as zero */

@@ -1,0 +1,256 @@
+/*
+ * wa16_decode_sm90.cu — kiln_matmul_int4 and kiln_qkv_project_int4 for small M (decode, M <= 16)
+ * on Hopper (sm_90a): the 4-bit weight streamed through shared memory by TMA.
+ *
+ * Why not the sm_80 kernel (wa16_decode_sm80.cu). Decode is a stream: every weight byte is read
+ * once, and the copy bandwidth (~4.2 TB/s, ~32 GB/s per SM) is only reached with ~40-60 KB in
+ * flight per SM (Little's law at ~1.5 µs of loaded DRAM latency). The sm_80 kernel keeps its
+ * loads in a ring of 4 register slots per warp: 126 registers, 16 warps per SM, ~32 KB in
+ * flight, and a warp at K = 4096 streams only 16 chunks, a quarter of them ramp and drain. It
+ * reached 60-64 % of the copy bandwidth on the large shapes and 27 % at 4096 x 4096 (v9,
+ * docs/performance.md); a deeper ring of small cp.async copies (v10) and L2 prefetches (v11)
+ * both lost, because they add requests instead of bytes per request.
+ *
+ * v13 (this file; v12 is scripts/rungs/wa16-tma-ring.patch). One thread issues four copies per
+ * stage of 1024 k: a [128 word rows][32 columns] box of codes (16 KB), the stage's scales and
+ * zeros (all its group rows: 8 at G = 128) and x's [M][4][256] box, into a slot of a ring in
+ * shared memory of up to ~200 KB, so bytes in flight are bounded by shared memory, not
+ * registers, and there are four TMA operations per ~19 KB. v12's probes (same four copies per
+ * 256 k) found the copy engine's cost per operation to be the limit: the codes' copy alone, one
+ * per 4 KB, streamed at 79-94 % of the copy bandwidth (docs/performance.md, "v12").
+ *
+ * Block: `consumers` warps (8 or 16) and one producer warp. A stage is 4 units of 256 k; unit u
+ * (stage u / 4, quarter u % 4) goes to consumer warp u % consumers (a ring that wraps holds a
+ * multiple of consumers / 4 slots, so a slot's quarter always serves the same warp, in order),
+ * which waits on the slot's `full` mbarrier, runs its 8 chunks of 32 k through the same
+ * fragments and mma.sync as the sm_80 kernel (W4Frag in wa16.cuh: the weight is the MMA's A, x
+ * its B, dequantization exact), and arrives on `empty` (4 arrivals free a slot). The warps'
+ * partial tiles are added in warp order at the end (store_block: deterministic, no atomics).
+ * mma.sync, not wgmma: M <= 16 rows of x would be a 64-row wgmma tile three-quarters empty.
+ *
+ * Groups. With G in {32, 64, 128} a stage holds 32, 16 or 8 whole groups (scales and zeros boxes
+ * of that many rows); with one group per column (G = K) the box is 1024 / K rows when K divides
+ * 1024 (row 0 the group, the others past K) or the group's one row, loaded with every stage, and
+ * each unit is a "piece" of the group: scale · (p1 + p2) = scale · p1 + scale · p2, so a warp
+ * applies the scale to its own units' partial sums.
+ *
+ * Status: built, not yet measured (2026-12-04: the session's GPU time went to v12 and its
+ * probes). Measure against v9 and the v12 probes (`scripts/wa16-ladder.sh build tma-v13
+ * tma-v13-probe`), test_gpu_int4 and compute-sanitizer first.
+ *
+ * Edges come from TMA: columns past N, rows of codes past K / 8, group rows past K / G and x
+ * beyond K or M are filled with zeros, and a zero x times any finite weight adds nothing. The
+ * host sends here only what TMA can address (N % 16 == 0, K % 256 == 0, 16-byte aligned buffers
+ * and x rows, no act-order); everything else runs the sm_80 kernel.
+ */
+#include <cuda.h>
+
+#include "gemm_sm90.cuh" /* mbarriers and TMA copies (sm90::) */
+#include "wa16.cuh"
+
+namespace kiln {
+namespace wa16 {
+
+/* The TMA descriptors of the three projections' buffers (kernel parameter space). */
+struct TmaMaps {
+  CUtensorMap codes[3], scales[3], zeros[3];
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr int SK = KILN_WA16_TMA_STAGE_K, UK = KILN_WA16_TMA_UNIT_K, UNITS = KILN_WA16_TMA_UNITS;
+constexpr int CHUNKS = UK / 32; /* of a unit; 32 k per chunk: 4 word rows */
+constexpr int CODE_BYTES = KILN_WA16_TMA_CODE_BYTES, SCALE_BYTES = KILN_WA16_TMA_SCALE_BYTES;
+constexpr int X_AT = KILN_WA16_TMA_X_AT;
+
+/* Tuning probe (KILN_TUNE_DEFS): consumers only wait for each unit and release it, so a run times
+ * what TMA delivers alone (results are garbage). */
+#ifndef KILN_WA16_TMA_PROBE
+#define KILN_WA16_TMA_PROBE 0
+#endif
+
+KILN_DEVICE uint4 lds128(const uint8_t *p) { return *reinterpret_cast<const uint4 *>(p); }
+
+/* The consumers' loop: unit u (K from 256 u; stage u / UNITS, quarter q = u % UNITS of it) goes
+ * to warp u % consumers. A piece (the chunks that share one group row) is 1 << PS chunks: 1, 2,
+ * 4 for G = 32, 64, 128, the whole unit (PS = 3) otherwise. Compile-time, so the loop holds no
+ * group tests. */
+template <bool BF16, bool M16, int PS>
+KILN_DEVICE void consume(float (&acc)[M16 ? 2 : 1][2][4], const uint8_t *slots, uint64_t *full, uint64_t *empty,
+                         int ring, int slot_bytes, int stages, int x_rows, int group, int group_rows, int warp,
+                         int consumers) {
+  constexpr unsigned PMASK = (1u << PS) - 1u;
+  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  /* x rows of this lane's B fragments ([x_rows][UNITS][UK] in the slot); rows past M only feed y
+   * rows that are never stored, so they re-read the box's last row */
+  const int xa_at = X_AT + min(g, x_rows - 1) * SK * 2 + 16 * c;
+  const int xb_at = X_AT + min(g + 8, x_rows - 1) * SK * 2 + 16 * c;
+  W4Frag<BF16> f;
+  /* the piece's sums (KS = 2: one set per k16 step, two independent MMA chains per tile; v12c
+   * measured no gain from it and it costs 8 registers) */
+  constexpr int KS = 1;
+  float part[KS][M16 ? 2 : 1][2][4];
+  for (int u = warp; u < stages * UNITS; u += consumers) {
+    const int s = u / UNITS, q = u % UNITS, slot = s % ring;
+    sm90::mbar_wait(&full[slot], (s / ring) & 1);
+    if (KILN_WA16_TMA_PROBE) {
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(&empty[slot]);
+      continue;
+    }
+    const uint8_t *st = slots + slot * slot_bytes;
+    const uint8_t *codes = st + q * (UK / 8) * COLS * 4; /* the unit's 32 word rows */
+    const uint8_t *xq = st + q * UK * 2;                 /* with xa_at / xb_at: the unit's x */
+    const int grow = group_rows == 1 ? 0 : q * UK / group; /* the unit's first group row */
+    /* all of the unit's codes first (32 registers): the shared-memory latency once a unit, not
+     * once a chunk. Word row 4j + c of columns 4g .. 4g+3: a warp reads whole 128-byte rows. */
+    uint4 w[CHUNKS];
+#pragma unroll
+    for (int j = 0; j < CHUNKS; j++) w[j] = lds128(codes + (4 * j + c) * COLS * 4 + 16 * g);
+#pragma unroll
+    for (int j = 0; j < CHUNKS; j++) {
+      if ((j & PMASK) == 0) {
+        const int gr = grow + (PS < 3 ? j >> PS : 0);
+        const uint32_t z = *reinterpret_cast<const uint32_t *>(st + CODE_BYTES + SCALE_BYTES + gr * COLS + 4 * g);
+        f.begin_group(z, *reinterpret_cast<const uint2 *>(st + CODE_BYTES + gr * COLS * 2 + 8 * g));
+#pragma unroll
+        for (int k = 0; k < KS; k++)
+#pragma unroll
+          for (int h = 0; h < (M16 ? 2 : 1); h++)
+#pragma unroll
+            for (int t = 0; t < 2; t++)
+#pragma unroll
+              for (int e = 0; e < 4; e++) part[k][h][t][e] = 0.f;
+      }
+      const uint4 xa4 = lds128(xq + xa_at + 64 * j); /* k 32j + 8c .. +7 of the unit */
+      const uint32_t xa[4] = {xa4.x, xa4.y, xa4.z, xa4.w};
+      uint32_t xb[4] = {0u, 0u, 0u, 0u};
+      if (M16) {
+        const uint4 xb4 = lds128(xq + xb_at + 64 * j);
+        xb[0] = xb4.x, xb[1] = xb4.y, xb[2] = xb4.z, xb[3] = xb4.w;
+      }
+#pragma unroll
+      for (int k16 = 0; k16 < 2; k16++) {
+        uint32_t b0, b1, b2 = 0, b3 = 0;
+        W4Frag<BF16>::b_frag(b0, b1, xa, k16);
+        if (M16) W4Frag<BF16>::b_frag(b2, b3, xb, k16);
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+          uint32_t af[4];
+          f.a_frag(af, w[j], t, k16);
+          mma<BF16>(part[k16 % KS][0][t], af, b0, b1);
+          if (M16) mma<BF16>(part[0][M16 ? 1 : 0][t], af, b2, b3);
+        }
+      }
+      if (((j + 1) & PMASK) == 0) { /* the piece ends: its sums times its scales */
+#pragma unroll
+        for (int t = 0; t < 2; t++)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; e2++) {
+            const float sc = f.scale(2 * t + e2);
+#pragma unroll
+            for (int h = 0; h < (M16 ? 2 : 1); h++)
+#pragma unroll
+              for (int e1 = 0; e1 < 2; e1++) {
+                const int e = 2 * e2 + e1;
+                acc[h][t][e] += (KS == 2 ? part[0][h][t][e] + part[KS - 1][h][t][e] : part[0][h][t][e]) * sc;
+              }
+          }
+      }
+    }
+    __syncwarp(); /* every lane's reads of the unit are done (their values fed the MMAs) */
+    if (lane == 0) sm90::mbar_arrive(&empty[slot]);
+  }
+}
+
+template <bool BF16, bool M16>
+KILN_DEVICE void tma_decode(const kiln_wa16_tma_args &ta, const CUtensorMap *xmap, const TmaMaps &maps) {
+  extern __shared__ uint8_t wa16_tma_raw[];
+  /* aligned by pointer arithmetic, not through an integer: the compiler must still see shared
+   * memory (LDS with 32-bit addresses, not generic loads) */
+  uint8_t *smem = wa16_tma_raw + ((128u - (smem_u32(wa16_tma_raw) & 127u)) & 127u);
+  const kiln_qkv_args &a = ta.a;
+  const int ring = ta.ring, slot_bytes = KILN_WA16_TMA_SLOT_BYTES(ta.x_rows);
+  uint64_t *full = reinterpret_cast<uint64_t *>(smem), *empty = full + ring;
+  uint8_t *slots = smem + KILN_WA16_TMA_BAR_BYTES;
+  int blk = blockIdx.x;
+  const int pi = find_proj_index(a, blk);
+  const kiln_qkv_proj &p = a.proj[pi];
+  const int base = blk * COLS, stages = (a.k + SK - 1) / SK, gr = ta.group_rows[pi];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, consumers = blockDim.x / 32 - 1;
+
+  if (threadIdx.x == 0) { /* full: the producer's expect_tx; empty: one arrival per unit */
+    for (int i = 0; i < ring; i++) sm90::mbar_init(&full[i], 1), sm90::mbar_init(&empty[i], UNITS);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == consumers) { /* the producer: one thread, four copies a stage */
+    if (lane == 0) {
+      const uint32_t tx = CODE_BYTES + gr * COLS * 3 + ta.x_rows * SK * 2; /* whole boxes, fill included */
+      for (int s = 0; s < stages; s++) {
+        const int slot = s % ring;
+        if (s >= ring) sm90::mbar_wait(&empty[slot], (s / ring - 1) & 1);
+        uint8_t *st = slots + slot * slot_bytes;
+        const int grow = (int)((int64_t)s * SK / p.group); /* the stage's first group row */
+        sm90::mbar_expect_tx(&full[slot], tx);
+        sm90::tma_load(st, &maps.codes[pi], &full[slot], base, s * (SK / 8), 0, false);
+        sm90::tma_load(st + CODE_BYTES, &maps.scales[pi], &full[slot], base, grow, 0, false);
+        sm90::tma_load(st + CODE_BYTES + SCALE_BYTES, &maps.zeros[pi], &full[slot], base, grow, 0, false);
+        /* x as [M][K / 256][256]: the stage's UNITS rows of 256 k of every row of x */
+        sm90::tma_load(st + X_AT, xmap, &full[slot], 0, s * UNITS, 0, true);
+      }
+    }
+    return;
+  }
+
+  float acc[M16 ? 2 : 1][2][4]; /* [x rows 8h][tile][element] */
+#pragma unroll
+  for (int h = 0; h < (M16 ? 2 : 1); h++)
+#pragma unroll
+    for (int t = 0; t < 2; t++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[h][t][e] = 0.f;
+  const int g = p.group;
+#define KILN_WA16_CONSUME(PS)                                                                                     \
+  consume<BF16, M16, PS>(acc, slots, full, empty, ring, slot_bytes, stages, ta.x_rows, g, gr, warp, consumers)
+  if (g == 32)
+    KILN_WA16_CONSUME(0);
+  else if (g == 64)
+    KILN_WA16_CONSUME(1);
+  else if (g == 128 && g < a.k)
+    KILN_WA16_CONSUME(2);
+  else /* G = K: one group; each unit is a piece of it */
+    KILN_WA16_CONSUME(3);
+#undef KILN_WA16_CONSUME
+
+  /* Once every consumer is here, every slot was filled and read (each stage's `full` was waited
+   * on), so the ring's memory can hold the reduction (the host sizes it for both). */
+  const auto consumers_sync = [consumers] { asm volatile("bar.sync 1, %0;\n" ::"r"(consumers * 32) : "memory"); };
+  consumers_sync();
+  store_block<M16>(acc, reinterpret_cast<float *>(slots), warp, consumers, threadIdx.x, consumers * 32, consumers_sync,
+                   a, p, 0, base, false);
+}
+#endif
+
+} /* namespace wa16 */
+} /* namespace kiln */
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KILN_WA16_TMA_BODY(bf16, m16) kiln::wa16::tma_decode<bf16, m16>(args, &xmap, maps);
+#else
+#define KILN_WA16_TMA_BODY(bf16, m16) /* sm_90a only; the host never launches it elsewhere */
+#endif
+/* M <= 8: 96 registers at most (kiln_abi.h), two blocks per SM for wide weights. M16: the
+ * registers it needs (96 spill) in 9-warp blocks (8 consumers). */
+#define KILN_WA16_TMA_BOUNDS_8 __maxnreg__(KILN_WA16_TMA_MAX_REGS)
+#define KILN_WA16_TMA_BOUNDS_16 __launch_bounds__(KILN_WA16_TMA_M16_WARPS * 32)
+#define KILN_WA16_TMA_ENTRY(name, bf16, m)                                                                        \
+  extern "C" __global__ void KILN_WA16_TMA_BOUNDS_##m name(const __grid_constant__ kiln_wa16_tma_args args,      \
+                                                           const __grid_constant__ CUtensorMap xmap,             \
+                                                           const __grid_constant__ kiln::wa16::TmaMaps maps) {   \
+    KILN_WA16_TMA_BODY(bf16, m == 16)                                                                             \
+  }
+KILN_WA16_TMA_ENTRY(kiln_w4a16_tma_f16_m8, false, 8)
+KILN_WA16_TMA_ENTRY(kiln_w4a16_tma_f16_m16, false, 16)
+KILN_WA16_TMA_ENTRY(kiln_w4a16_tma_bf16_m8, true, 8)
+KILN_WA16_TMA_ENTRY(kiln_w4a16_tma_bf16_m16, true, 16)
