@@ -366,7 +366,7 @@ typedef struct kiln_qkv_args {
 #define KILN_WA16_THREADS 512
 
 /* The sm_90a W4A16 decode kernel (kernels/wa16_decode_sm90.cu): a block owns 32 columns of one
- * projection and all of M <= 16; TMA copies K in stages of KILN_WA16_TMA_STAGE_K with four
+ * projection and all of M <= 8; TMA copies K in stages of KILN_WA16_TMA_STAGE_K with four
  * operations (codes, the stage's scales and zeros, that much of x) into a ring of `ring` slots.
  * A stage is KILN_WA16_TMA_UNITS units of 256 k, which `consumers` warps (blockDim.x / 32 - 1)
  * take in turn; the last warp issues the copies. x_rows is the height of x's box (M),
@@ -378,7 +378,6 @@ typedef struct kiln_qkv_args {
 #define KILN_WA16_TMA_UNIT_K 256
 #define KILN_WA16_TMA_UNITS (KILN_WA16_TMA_STAGE_K / KILN_WA16_TMA_UNIT_K)
 #define KILN_WA16_TMA_MAX_WARPS 17 /* up to 16 consumers + 1 producer */
-#define KILN_WA16_TMA_M16_WARPS 9  /* M16: 8 consumers + 1 producer */
 /* 96 registers: 5 warps of a scheduler's 16 K registers, so two blocks of 8 consumers + 1
  * producer (18 warps, up to 5 on one of the 4 schedulers) fit on an SM */
 #define KILN_WA16_TMA_MAX_REGS 96

@@ -1,5 +1,5 @@
 /*
- * wa16_decode_sm90.cu — kiln_matmul_int4 and kiln_qkv_project_int4 for small M (decode, M <= 16)
+ * wa16_decode_sm90.cu — kiln_matmul_int4 and kiln_qkv_project_int4 for small M (decode, M <= 8)
  * on Hopper (sm_90a): the 4-bit weight streamed through shared memory by TMA.
  *
  * Why not the sm_80 kernel (wa16_decode_sm80.cu). Decode is a stream: every weight byte is read
@@ -26,7 +26,7 @@
  * fragments and mma.sync as the sm_80 kernel (W4Frag in wa16.cuh: the weight is the MMA's A, x
  * its B, dequantization exact), and arrives on `empty` (4 arrivals free a slot). The warps'
  * partial tiles are added in warp order at the end (store_block: deterministic, no atomics).
- * mma.sync, not wgmma: M <= 16 rows of x would be a 64-row wgmma tile three-quarters empty.
+ * mma.sync, not wgmma: M <= 8 rows of x would be a 64-row wgmma tile seven-eighths empty.
  *
  * Groups. With G in {32, 64, 128} a stage holds 32, 16 or 8 whole groups (scales and zeros boxes
  * of that many rows); with one group per column (G = K) the box is 1024 / K rows when K divides
@@ -34,9 +34,14 @@
  * each unit is a "piece" of the group: scale · (p1 + p2) = scale · p1 + scale · p2, so a warp
  * applies the scale to its own units' partial sums.
  *
- * Status: built, not yet measured (2026-12-04: the session's GPU time went to v12 and its
- * probes). Measure against v9 and the v12 probes (`scripts/wa16-ladder.sh build tma-v13
- * tma-v13-probe`), test_gpu_int4 and compute-sanitizer first.
+ * Measured (H200, v9 in the same run; docs/performance.md, "v13"): at M = 1, 24 % faster than
+ * v9 at K x N = 28672 x 8192 (36.6 against 45.9 µs, 79-80 % of the copy bandwidth), 2-8 %
+ * at 8192 x 28672, within noise (±4 %) at K = 4096; at M = 16 slower on every shape (8 consumer
+ * warps of 105-123 registers in one block per SM), so M 9..16 stays on the sm_80 kernel and
+ * this one is built for 8 rows of x. The copies alone (TMA_PROBE) stream 12-25 % faster than
+ * the kernel on the K = 4096 and 8192 shapes: the consumers' dequantization is the next limit.
+ * Split-K over a cluster of 2-4 blocks, to fill the last wave of 384 or 896 tiles, lost
+ * everywhere (v14, scripts/rungs/wa16-split-k.patch): more, shorter blocks pay the ramp more often.
  *
  * Edges come from TMA: columns past N, rows of codes past K / 8, group rows past K / G and x
  * beyond K or M are filled with zeros, and a zero x times any finite weight adds nothing. The
@@ -73,22 +78,19 @@ KILN_DEVICE uint4 lds128(const uint8_t *p) { return *reinterpret_cast<const uint
 /* The consumers' loop: unit u (K from 256 u; stage u / UNITS, quarter q = u % UNITS of it) goes
  * to warp u % consumers. A piece (the chunks that share one group row) is 1 << PS chunks: 1, 2,
  * 4 for G = 32, 64, 128, the whole unit (PS = 3) otherwise. Compile-time, so the loop holds no
- * group tests. */
-template <bool BF16, bool M16, int PS>
-KILN_DEVICE void consume(float (&acc)[M16 ? 2 : 1][2][4], const uint8_t *slots, uint64_t *full, uint64_t *empty,
-                         int ring, int slot_bytes, int stages, int x_rows, int group, int group_rows, int warp,
-                         int consumers) {
+ * group tests. acc: the warp's [8 rows of x][32 columns] in mma.sync's D layout (store_block). */
+template <bool BF16, int PS>
+KILN_DEVICE void consume(float (&acc)[1][2][4], const uint8_t *slots, uint64_t *full, uint64_t *empty, int ring,
+                         int slot_bytes, int stages, int x_rows, int group, int group_rows, int warp, int consumers) {
   constexpr unsigned PMASK = (1u << PS) - 1u;
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  /* x rows of this lane's B fragments ([x_rows][UNITS][UK] in the slot); rows past M only feed y
-   * rows that are never stored, so they re-read the box's last row */
-  const int xa_at = X_AT + min(g, x_rows - 1) * SK * 2 + 16 * c;
-  const int xb_at = X_AT + min(g + 8, x_rows - 1) * SK * 2 + 16 * c;
+  /* the x row of this lane's B fragments ([x_rows][UNITS][UK] in the slot); rows past M only feed
+   * y rows that are never stored, so they re-read the box's last row */
+  const int x_at = X_AT + min(g, x_rows - 1) * SK * 2 + 16 * c;
   W4Frag<BF16> f;
-  /* the piece's sums (KS = 2: one set per k16 step, two independent MMA chains per tile; v12c
-   * measured no gain from it and it costs 8 registers) */
-  constexpr int KS = 1;
-  float part[KS][M16 ? 2 : 1][2][4];
+  /* the piece's sums (two independent MMA chains per tile, one per k16 step, measured no gain in
+   * v12 and cost 8 registers) */
+  float part[2][4];
   for (int u = warp; u < stages * UNITS; u += consumers) {
     const int s = u / UNITS, q = u % UNITS, slot = s % ring;
     sm90::mbar_wait(&full[slot], (s / ring) & 1);
@@ -99,7 +101,7 @@ KILN_DEVICE void consume(float (&acc)[M16 ? 2 : 1][2][4], const uint8_t *slots, 
     }
     const uint8_t *st = slots + slot * slot_bytes;
     const uint8_t *codes = st + q * (UK / 8) * COLS * 4; /* the unit's 32 word rows */
-    const uint8_t *xq = st + q * UK * 2;                 /* with xa_at / xb_at: the unit's x */
+    const uint8_t *xq = st + q * UK * 2 + x_at;          /* the unit's x, this lane's row */
     const int grow = group_rows == 1 ? 0 : q * UK / group; /* the unit's first group row */
     /* all of the unit's codes first (32 registers): the shared-memory latency once a unit, not
      * once a chunk. Word row 4j + c of columns 4g .. 4g+3: a warp reads whole 128-byte rows. */
@@ -113,56 +115,35 @@ KILN_DEVICE void consume(float (&acc)[M16 ? 2 : 1][2][4], const uint8_t *slots, 
         const uint32_t z = *reinterpret_cast<const uint32_t *>(st + CODE_BYTES + SCALE_BYTES + gr * COLS + 4 * g);
         f.begin_group(z, *reinterpret_cast<const uint2 *>(st + CODE_BYTES + gr * COLS * 2 + 8 * g));
 #pragma unroll
-        for (int k = 0; k < KS; k++)
+        for (int t = 0; t < 2; t++)
 #pragma unroll
-          for (int h = 0; h < (M16 ? 2 : 1); h++)
-#pragma unroll
-            for (int t = 0; t < 2; t++)
-#pragma unroll
-              for (int e = 0; e < 4; e++) part[k][h][t][e] = 0.f;
+          for (int e = 0; e < 4; e++) part[t][e] = 0.f;
       }
-      const uint4 xa4 = lds128(xq + xa_at + 64 * j); /* k 32j + 8c .. +7 of the unit */
-      const uint32_t xa[4] = {xa4.x, xa4.y, xa4.z, xa4.w};
-      uint32_t xb[4] = {0u, 0u, 0u, 0u};
-      if (M16) {
-        const uint4 xb4 = lds128(xq + xb_at + 64 * j);
-        xb[0] = xb4.x, xb[1] = xb4.y, xb[2] = xb4.z, xb[3] = xb4.w;
-      }
+      const uint4 x4 = lds128(xq + 64 * j); /* k 32j + 8c .. +7 of the unit */
+      const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
       for (int k16 = 0; k16 < 2; k16++) {
-        uint32_t b0, b1, b2 = 0, b3 = 0;
-        W4Frag<BF16>::b_frag(b0, b1, xa, k16);
-        if (M16) W4Frag<BF16>::b_frag(b2, b3, xb, k16);
+        uint32_t b0, b1;
+        W4Frag<BF16>::b_frag(b0, b1, xw, k16);
 #pragma unroll
         for (int t = 0; t < 2; t++) {
           uint32_t af[4];
           f.a_frag(af, w[j], t, k16);
-          mma<BF16>(part[k16 % KS][0][t], af, b0, b1);
-          if (M16) mma<BF16>(part[0][M16 ? 1 : 0][t], af, b2, b3);
+          mma<BF16>(part[t], af, b0, b1);
         }
       }
-      if (((j + 1) & PMASK) == 0) { /* the piece ends: its sums times its scales */
+      if (((j + 1) & PMASK) == 0) /* the piece ends: its sums times its scales */
 #pragma unroll
         for (int t = 0; t < 2; t++)
 #pragma unroll
-          for (int e2 = 0; e2 < 2; e2++) {
-            const float sc = f.scale(2 * t + e2);
-#pragma unroll
-            for (int h = 0; h < (M16 ? 2 : 1); h++)
-#pragma unroll
-              for (int e1 = 0; e1 < 2; e1++) {
-                const int e = 2 * e2 + e1;
-                acc[h][t][e] += (KS == 2 ? part[0][h][t][e] + part[KS - 1][h][t][e] : part[0][h][t][e]) * sc;
-              }
-          }
-      }
+          for (int e = 0; e < 4; e++) acc[0][t][e] += part[t][e] * f.scale(2 * t + e / 2);
     }
     __syncwarp(); /* every lane's reads of the unit are done (their values fed the MMAs) */
     if (lane == 0) sm90::mbar_arrive(&empty[slot]);
   }
 }
 
-template <bool BF16, bool M16>
+template <bool BF16>
 KILN_DEVICE void tma_decode(const kiln_wa16_tma_args &ta, const CUtensorMap *xmap, const TmaMaps &maps) {
   extern __shared__ uint8_t wa16_tma_raw[];
   /* aligned by pointer arithmetic, not through an integer: the compiler must still see shared
@@ -203,16 +184,10 @@ KILN_DEVICE void tma_decode(const kiln_wa16_tma_args &ta, const CUtensorMap *xma
     return;
   }
 
-  float acc[M16 ? 2 : 1][2][4]; /* [x rows 8h][tile][element] */
-#pragma unroll
-  for (int h = 0; h < (M16 ? 2 : 1); h++)
-#pragma unroll
-    for (int t = 0; t < 2; t++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) acc[h][t][e] = 0.f;
+  float acc[1][2][4] = {}; /* [8 rows of x][tile][element] */
   const int g = p.group;
 #define KILN_WA16_CONSUME(PS)                                                                                     \
-  consume<BF16, M16, PS>(acc, slots, full, empty, ring, slot_bytes, stages, ta.x_rows, g, gr, warp, consumers)
+  consume<BF16, PS>(acc, slots, full, empty, ring, slot_bytes, stages, ta.x_rows, g, gr, warp, consumers)
   if (g == 32)
     KILN_WA16_CONSUME(0);
   else if (g == 64)
@@ -227,7 +202,7 @@ KILN_DEVICE void tma_decode(const kiln_wa16_tma_args &ta, const CUtensorMap *xma
    * on), so the ring's memory can hold the reduction (the host sizes it for both). */
   const auto consumers_sync = [consumers] { asm volatile("bar.sync 1, %0;\n" ::"r"(consumers * 32) : "memory"); };
   consumers_sync();
-  store_block<M16>(acc, reinterpret_cast<float *>(slots), warp, consumers, threadIdx.x, consumers * 32, consumers_sync,
+  store_block<false>(acc, reinterpret_cast<float *>(slots), warp, consumers, threadIdx.x, consumers * 32, consumers_sync,
                    a, p, 0, base, false);
 }
 #endif
@@ -236,21 +211,16 @@ KILN_DEVICE void tma_decode(const kiln_wa16_tma_args &ta, const CUtensorMap *xma
 } /* namespace kiln */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define KILN_WA16_TMA_BODY(bf16, m16) kiln::wa16::tma_decode<bf16, m16>(args, &xmap, maps);
+#define KILN_WA16_TMA_BODY(bf16) kiln::wa16::tma_decode<bf16>(args, &xmap, maps);
 #else
-#define KILN_WA16_TMA_BODY(bf16, m16) /* sm_90a only; the host never launches it elsewhere */
+#define KILN_WA16_TMA_BODY(bf16) /* sm_90a only; the host never launches it elsewhere */
 #endif
-/* M <= 8: 96 registers at most (kiln_abi.h), two blocks per SM for wide weights. M16: the
- * registers it needs (96 spill) in 9-warp blocks (8 consumers). */
-#define KILN_WA16_TMA_BOUNDS_8 __maxnreg__(KILN_WA16_TMA_MAX_REGS)
-#define KILN_WA16_TMA_BOUNDS_16 __launch_bounds__(KILN_WA16_TMA_M16_WARPS * 32)
-#define KILN_WA16_TMA_ENTRY(name, bf16, m)                                                                        \
-  extern "C" __global__ void KILN_WA16_TMA_BOUNDS_##m name(const __grid_constant__ kiln_wa16_tma_args args,      \
-                                                           const __grid_constant__ CUtensorMap xmap,             \
-                                                           const __grid_constant__ kiln::wa16::TmaMaps maps) {   \
-    KILN_WA16_TMA_BODY(bf16, m == 16)                                                                             \
+/* 96 registers at most (kiln_abi.h): two blocks per SM for wide weights. */
+#define KILN_WA16_TMA_ENTRY(name, bf16)                                                                            \
+  extern "C" __global__ void __maxnreg__(KILN_WA16_TMA_MAX_REGS)                                                  \
+      name(const __grid_constant__ kiln_wa16_tma_args args, const __grid_constant__ CUtensorMap xmap,              \
+           const __grid_constant__ kiln::wa16::TmaMaps maps) {                                                      \
+    KILN_WA16_TMA_BODY(bf16)                                                                                       \
   }
-KILN_WA16_TMA_ENTRY(kiln_w4a16_tma_f16_m8, false, 8)
-KILN_WA16_TMA_ENTRY(kiln_w4a16_tma_f16_m16, false, 16)
-KILN_WA16_TMA_ENTRY(kiln_w4a16_tma_bf16_m8, true, 8)
-KILN_WA16_TMA_ENTRY(kiln_w4a16_tma_bf16_m16, true, 16)
+KILN_WA16_TMA_ENTRY(kiln_w4a16_tma_f16, false)
+KILN_WA16_TMA_ENTRY(kiln_w4a16_tma_bf16, true)

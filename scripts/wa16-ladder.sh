@@ -16,7 +16,8 @@
 #   slab-codes-probe: the probes with the codes' copy alone, one TMA operation a stage instead of
 #   four (docs/performance.md, "v12"). v13 tma-v13 (and its probe): stages of 1024 k, four TMA
 #   operations per ~19 KB instead of per ~5 KB; tma-v13-s512 / -s2048: stages of 512 / 2048 k;
-#   built, not yet measured.
+#   measured 2026-12-04 (performance.md, "v13"); main's kernel since. v14 split-k (split-K over
+#   a cluster of blocks, chosen per shape) and split1 / split2 / split4 (forced): measured slower.
 set -u
 if [ "${1:-}" = build ]; then
   shift
@@ -36,6 +37,9 @@ if [ "${1:-}" = build ]; then
   ladder_step wa16 tma-v13-probe "KILN_WA16_TMA_PROBE=1" b74e48a "$v13"
   ladder_step wa16 tma-v13-s512 "KILN_WA16_TMA_STAGE_K=512" b74e48a "$v13"
   ladder_step wa16 tma-v13-s2048 "KILN_WA16_TMA_STAGE_K=2048" b74e48a "$v13"
+  # v14 on 9c0b809 (v13 as first landed): split-K over a cluster, chosen per shape or forced
+  ladder_step wa16 split-k "" 9c0b809 scripts/rungs/wa16-split-k.patch
+  for n in 1 2 4; do ladder_step wa16 split$n "KILN_WA16_TMA_SPLIT=$n" 9c0b809 scripts/rungs/wa16-split-k.patch; done
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
@@ -46,9 +50,9 @@ for b in "$@"; do
   timeout 100 "$b/tools/kiln-bench" int4 --quick >"$OUT/int4-$n.txt" 2>&1
   grep -E "^matmul_int4|copy bandwidth" "$OUT/int4-$n.txt"
   for s in 8192x28672 28672x8192; do
-    timeout 60 "$b/tools/kiln-bench" int4 --shape $s --m 1 >>"$OUT/int4-$n.txt" 2>&1
+    for m in 1 16; do timeout 60 "$b/tools/kiln-bench" int4 --shape $s --m $m >>"$OUT/int4-$n.txt" 2>&1; done
   done
-  grep -E "^matmul_int4 M1K(8192|28672)" "$OUT/int4-$n.txt"
+  grep -E "^matmul_int4 M(1|16)K(8192|28672)" "$OUT/int4-$n.txt"
   timeout 100 "$b/tools/kiln-bench" qkv --quick >"$OUT/qkv-$n.txt" 2>&1
   grep -E "^qkv" "$OUT/qkv-$n.txt" | grep -v M512
   last=$b
@@ -58,8 +62,9 @@ if [ -n "$last" ] && command -v ncu >/dev/null; then
     --section LaunchStats --section MemoryWorkloadAnalysis --section InstructionStats \
     "$last/tools/kiln-bench" int4 --shape 4096x12288 --m 1 --reps 1 >"$OUT/ncu.txt" 2>&1
   grep -E "Duration|Throughput|Achieved Occupancy|Block Size|Registers|Issued Ipc|Executed Ipc|Warp Cycles|Theoretical Occ|Executed Instructions  " "$OUT/ncu.txt" | head -40
-  for k in sm80:kiln_w4a16_decode_f16_m8 sm80:kiln_w4a16_decode_f16_m16 sm90:kiln_w4a16_tma_f16_m8 \
-    sm90:kiln_w4a16_tma_f16_m16; do
+  # (the TMA kernel was kiln_w4a16_tma_f16_m8 / _m16 in the v12-v14 rungs)
+  for k in sm80:kiln_w4a16_decode_f16_m8 sm80:kiln_w4a16_decode_f16_m16 sm90:kiln_w4a16_tma_f16 \
+    sm90:kiln_w4a16_tma_f16_m8 sm90:kiln_w4a16_tma_f16_m16; do
     f=$last/kernels/wa16_decode_${k%%:*}.fatbin
     k=${k#*:}
     [ -f "$f" ] || continue

@@ -292,8 +292,8 @@ static void aligned_decode(void **state) {
 /* Decode edges with aligned buffers (N a multiple of 16, 16-byte x rows, no act-order): half
  * blocks (N % 32 = 16), K not a multiple of the 128-k unit of the unguarded loop, one group per
  * column at G = K = 16, 64, 96 and 264, M at 1, 8, 9 and 16, long K (16384) on two blocks, more
- * blocks than SMs, column-major y, and two bit-identical reruns. (Written for the sm_90a TMA rung,
- * scripts/rungs/wa16-tma-ring.patch, whose 256-k stages and 32-column boxes they cross.) */
+ * blocks than SMs, column-major y, and two bit-identical reruns: the sm_90a TMA kernel's edges
+ * (stages of 1024 k in units of 256, 32-column boxes, G = K) and, at M > 8, the sm_80 kernel's. */
 static void decode_edges(void **state) {
   (void)state;
   const bool small = getenv("KILN_TEST_SANITIZER") != NULL;

@@ -5,10 +5,12 @@
  *
  * Kernels (kernels/wa16_decode_sm80.cu): DECODE streams the weights once per 8 or 16 rows of x
  * with mma.sync on exactly dequantized weights (sm_80+); each 16 rows of x re-read the weights
- * (from L2 when they fit), so at large M it is compute-starved. kiln_matmul_int4's PREFILL
- * (matmul_int4.c) dequantizes into the caller's workspace (kernels/w4_dequant.cu) and runs
- * kiln_matmul instead; the fused QKV calls do the same per projection or, into adjacent
- * outputs, for the three weights side by side (qkv_project.c; kernels/w8_dequant.cu for int8).
+ * (from L2 when they fit), so at large M it is compute-starved. On sm_90a, int4 at M <= 8 streams
+ * the weight by TMA through shared memory instead (kernels/wa16_decode_sm90.cu).
+ * kiln_matmul_int4's PREFILL (matmul_int4.c) dequantizes into the caller's workspace
+ * (kernels/w4_dequant.cu) and runs kiln_matmul instead; the fused QKV calls do the same per
+ * projection or, into adjacent outputs, for the three weights side by side (qkv_project.c;
+ * kernels/w8_dequant.cu for int8).
  */
 #include <inttypes.h>
 #include <string.h>
@@ -25,10 +27,10 @@
 static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
 /* Every projection's rows of codes (n·4 bytes), scales (n·2) and zeros (n) a multiple of 16 bytes,
- * every buffer 16-byte aligned, no act-order; x row-major with 16-byte rows. M <= 16 (one block
- * row of x). */
+ * every buffer 16-byte aligned, no act-order; x row-major with 16-byte rows. M <= 8: at M 9..16
+ * the sm_80 kernel was faster on every shape measured (docs/performance.md, "v13"). */
 static bool tma_fits(const kiln_context *ctx, const kiln_qkv_args *a) {
-  if (!KILN_WA16_TMA || ctx->arch != 90 || a->m > 16) return false;
+  if (!KILN_WA16_TMA || ctx->arch != 90 || a->m > 8) return false;
   if (a->x_cs != 1 || (a->m > 1 && (a->x_rs * 2) % 16 != 0) || !aligned16(a->x)) return false;
   if (a->k % KILN_WA16_TMA_UNIT_K) return false; /* x's map views each row as [K / 256][256] */
   for (int i = 0; i < 3; i++) {
@@ -47,7 +49,6 @@ static int32_t tma_group_rows(int64_t group) {
 }
 
 static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_qkv_args *a, CUstream stream) {
-  const bool m16 = a->m > 8;
   kiln_wa16_tma_args args = {.a = *a, .x_rows = a->m};
   kiln_tensor_map xmap, maps[9]; /* codes[3], scales[3], zeros[3] */
   memset(maps, 0, sizeof maps);
@@ -78,12 +79,11 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
       break;
   }
   if (st) return st;
-  /* Two 9-warp blocks per SM (8 consumers each) when the grid has more blocks than SMs and M <= 8
-   * (96 registers), so one block's ramp overlaps the other's stream; else one block per SM with
-   * 16 consumers (M16: 8, its registers). The ring: as many slots as K has stages, up to ~100 KB
+  /* Two 9-warp blocks per SM (8 consumers each, 96 registers) when the grid has more blocks than
+   * SMs, so one block's ramp overlaps the other's stream; else one block per SM with 16 consumers. The ring: as many slots as K has stages, up to ~100 KB
    * of shared memory a block for two, ~200 KB for one. */
   const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
-  const bool two_per_sm = blocks > sms && !m16;
+  const bool two_per_sm = blocks > sms;
   const int64_t stages = ((int64_t)a->k + KILN_WA16_TMA_STAGE_K - 1) / KILN_WA16_TMA_STAGE_K;
   const int64_t slot = KILN_WA16_TMA_SLOT_BYTES(args.x_rows), budget = (two_per_sm ? 100 : 200) * 1024;
   int64_t ring = budget / slot;
@@ -93,7 +93,7 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
   /* When the ring wraps, each unit of a slot must belong to one consumer warp (ring·UNITS a
    * multiple of the consumers): a warp then waits on a slot's next round only after it consumed
    * its unit of the round before, and an mbarrier's parity wait cannot tell round r from r + 2. */
-  int consumers = m16 ? KILN_WA16_TMA_M16_WARPS - 1 : two_per_sm ? 8 : KILN_WA16_TMA_MAX_WARPS - 1;
+  int consumers = two_per_sm ? 8 : KILN_WA16_TMA_MAX_WARPS - 1;
   if (ring < stages) {
     const int64_t step = consumers % KILN_WA16_TMA_UNITS ? consumers : consumers / KILN_WA16_TMA_UNITS;
     if (ring < step)
@@ -102,15 +102,13 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
       ring -= ring % step;
   }
   args.ring = (int32_t)ring;
-  /* the ring's memory also holds the final reduction, [consumers][8 or 16][32] floats */
-  int64_t body = ring * slot, red = (int64_t)consumers * (m16 ? 16 : 8) * 32 * 4;
+  /* the ring's memory also holds the final reduction, [consumers][8][32] floats */
+  int64_t body = ring * slot, red = (int64_t)consumers * 8 * 32 * 4;
   if (body < red) body = red;
   const unsigned smem = (unsigned)(128 + KILN_WA16_TMA_BAR_BYTES + body); /* 128: the base's alignment */
-  static const kiln_kernel_id kernels[2][2] = {{KILN_K_W4A16_TMA_F16_M8, KILN_K_W4A16_TMA_F16_M16},
-                                               {KILN_K_W4A16_TMA_BF16_M8, KILN_K_W4A16_TMA_BF16_M16}};
   void *params[] = {&args, &xmap, maps};
-  return kiln_launch(ctx, kernels[a->x_dtype == KILN_DT_BF16][m16], (unsigned)blocks, 1, 1,
-                     (unsigned)(32 * (consumers + 1)), smem, stream, params, op);
+  const kiln_kernel_id kernel = a->x_dtype == KILN_DT_BF16 ? KILN_K_W4A16_TMA_BF16 : KILN_K_W4A16_TMA_F16;
+  return kiln_launch(ctx, kernel, (unsigned)blocks, 1, 1, (unsigned)(32 * (consumers + 1)), smem, stream, params, op);
 }
 
 /* int8: the three weights are int8 [k, n] (w, scale); else kiln_qweights (codes, scales, ...). */
