@@ -18,6 +18,7 @@
 #   operations per ~19 KB instead of per ~5 KB; tma-v13-s512 / -s2048: stages of 512 / 2048 k;
 #   measured 2026-12-04 (performance.md, "v13"); main's kernel since. v14 split-k (split-K over
 #   a cluster of blocks, chosen per shape) and split1 / split2 / split4 (forced): measured slower.
+#   one-per-sm: main's kernel in one 17-warp block per SM whatever the grid.
 set -u
 if [ "${1:-}" = build ]; then
   shift
@@ -40,6 +41,8 @@ if [ "${1:-}" = build ]; then
   # v14 on 9c0b809 (v13 as first landed): split-K over a cluster, chosen per shape or forced
   ladder_step wa16 split-k "" 9c0b809 scripts/rungs/wa16-split-k.patch
   for n in 1 2 4; do ladder_step wa16 split$n "KILN_WA16_TMA_SPLIT=$n" 9c0b809 scripts/rungs/wa16-split-k.patch; done
+  # main's kernel with one block of 16 consumers per SM on every grid
+  ladder_step wa16 one-per-sm "KILN_WA16_TMA_TWO_PER_SM=0" .
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)

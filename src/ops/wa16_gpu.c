@@ -24,6 +24,12 @@
 #define KILN_WA16_TMA 1
 #endif
 
+/* Tuning (KILN_TUNE_DEFS): 0 keeps the TMA kernel at one block of 16 consumers per SM on every
+ * grid (more waves, each of fewer, longer blocks) */
+#ifndef KILN_WA16_TMA_TWO_PER_SM
+#define KILN_WA16_TMA_TWO_PER_SM 1
+#endif
+
 static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
 /* Every projection's rows of codes (n·4 bytes), scales (n·2) and zeros (n) a multiple of 16 bytes,
@@ -83,7 +89,7 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
    * SMs, so one block's ramp overlaps the other's stream; else one block per SM with 16 consumers. The ring: as many slots as K has stages, up to ~100 KB
    * of shared memory a block for two, ~200 KB for one. */
   const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
-  const bool two_per_sm = blocks > sms;
+  const bool two_per_sm = KILN_WA16_TMA_TWO_PER_SM && blocks > sms;
   const int64_t stages = ((int64_t)a->k + KILN_WA16_TMA_STAGE_K - 1) / KILN_WA16_TMA_STAGE_K;
   const int64_t slot = KILN_WA16_TMA_SLOT_BYTES(args.x_rows), budget = (two_per_sm ? 100 : 200) * 1024;
   int64_t ring = budget / slot;
