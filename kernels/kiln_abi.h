@@ -392,10 +392,13 @@ typedef struct kiln_qkv_args {
 #define KILN_WA16_TMA_SCALE_BYTES (KILN_WA16_TMA_STAGE_K / 32 * 32 * 2)
 #define KILN_WA16_TMA_ZERO_BYTES (KILN_WA16_TMA_STAGE_K / 32 * 32)
 #define KILN_WA16_TMA_X_AT (KILN_WA16_TMA_CODE_BYTES + KILN_WA16_TMA_SCALE_BYTES + KILN_WA16_TMA_ZERO_BYTES)
+/* The tiles' reductions, [2][consumers][8][32] floats, between the barriers and the ring. */
+#define KILN_WA16_TMA_RED_BYTES(consumers) (2 * (consumers) * 8 * 32 * 4)
 #define KILN_WA16_TMA_SLOT_BYTES(x_rows) (KILN_WA16_TMA_X_AT + (x_rows) * KILN_WA16_TMA_STAGE_K * 2)
 typedef struct kiln_wa16_tma_args {
   kiln_qkv_args a;
   int32_t ring, x_rows;
+  int32_t tiles; /* 32-column tiles of the three projections; the grid's blocks take them in turn */
   int32_t group_rows[3];
 } kiln_wa16_tma_args;
 

@@ -81,7 +81,8 @@ KILN_DEVICE uint4 lds128(const uint8_t *p) { return *reinterpret_cast<const uint
  * group tests. acc: the warp's [8 rows of x][32 columns] in mma.sync's D layout (store_block). */
 template <bool BF16, int PS>
 KILN_DEVICE void consume(float (&acc)[1][2][4], const uint8_t *slots, uint64_t *full, uint64_t *empty, int ring,
-                         int slot_bytes, int stages, int x_rows, int group, int group_rows, int warp, int consumers) {
+                         int slot_bytes, int stages, int x_rows, int group, int group_rows, int u0, int gs0,
+                         int consumers) {
   constexpr unsigned PMASK = (1u << PS) - 1u;
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   /* the x row of this lane's B fragments ([x_rows][UNITS][UK] in the slot); rows past M only feed
@@ -91,8 +92,8 @@ KILN_DEVICE void consume(float (&acc)[1][2][4], const uint8_t *slots, uint64_t *
   /* the piece's sums (two independent MMA chains per tile, one per k16 step, measured no gain in
    * v12 and cost 8 registers) */
   float part[2][4];
-  for (int u = warp; u < stages * UNITS; u += consumers) {
-    const int s = u / UNITS, q = u % UNITS, slot = s % ring;
+  for (int u = u0; u < stages * UNITS; u += consumers) {
+    const int s = gs0 + u / UNITS, q = u % UNITS, slot = s % ring; /* s: the block's stage count */
     sm90::mbar_wait(&full[slot], (s / ring) & 1);
     if (KILN_WA16_TMA_PROBE) {
       __syncwarp();
@@ -150,14 +151,12 @@ KILN_DEVICE void tma_decode(const kiln_wa16_tma_args &ta, const CUtensorMap *xma
    * memory (LDS with 32-bit addresses, not generic loads) */
   uint8_t *smem = wa16_tma_raw + ((128u - (smem_u32(wa16_tma_raw) & 127u)) & 127u);
   const kiln_qkv_args &a = ta.a;
-  const int ring = ta.ring, slot_bytes = KILN_WA16_TMA_SLOT_BYTES(ta.x_rows);
-  uint64_t *full = reinterpret_cast<uint64_t *>(smem), *empty = full + ring;
-  uint8_t *slots = smem + KILN_WA16_TMA_BAR_BYTES;
-  int blk = blockIdx.x;
-  const int pi = find_proj_index(a, blk);
-  const kiln_qkv_proj &p = a.proj[pi];
-  const int base = blk * COLS, stages = (a.k + SK - 1) / SK, gr = ta.group_rows[pi];
+  const int ring = ta.ring, slot_bytes = KILN_WA16_TMA_SLOT_BYTES(ta.x_rows), stages = (a.k + SK - 1) / SK;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, consumers = blockDim.x / 32 - 1;
+  uint64_t *full = reinterpret_cast<uint64_t *>(smem), *empty = full + ring;
+  /* [2][consumers][8 x 32] floats: the tiles' reductions, by tile parity; then the ring */
+  float *red = reinterpret_cast<float *>(smem + KILN_WA16_TMA_BAR_BYTES);
+  uint8_t *slots = smem + KILN_WA16_TMA_BAR_BYTES + KILN_WA16_TMA_RED_BYTES(consumers);
 
   if (threadIdx.x == 0) { /* full: the producer's expect_tx; empty: one arrival per unit */
     for (int i = 0; i < ring; i++) sm90::mbar_init(&full[i], 1), sm90::mbar_init(&empty[i], UNITS);
@@ -165,45 +164,62 @@ KILN_DEVICE void tma_decode(const kiln_wa16_tma_args &ta, const CUtensorMap *xma
   }
   __syncthreads();
 
+  /* Persistent: block b streams tiles b, b + gridDim.x, ... through one ring, so the copies of a
+   * tile's first stages overlap the consumers' last units of the one before and each block pays
+   * its ramp once. Stages are counted over the block's whole stream (slot and parity). */
   if (warp == consumers) { /* the producer: one thread, four copies a stage */
     if (lane == 0) {
-      const uint32_t tx = CODE_BYTES + gr * COLS * 3 + ta.x_rows * SK * 2; /* whole boxes, fill included */
-      for (int s = 0; s < stages; s++) {
-        const int slot = s % ring;
-        if (s >= ring) sm90::mbar_wait(&empty[slot], (s / ring - 1) & 1);
-        uint8_t *st = slots + slot * slot_bytes;
-        const int grow = (int)((int64_t)s * SK / p.group); /* the stage's first group row */
-        sm90::mbar_expect_tx(&full[slot], tx);
-        sm90::tma_load(st, &maps.codes[pi], &full[slot], base, s * (SK / 8), 0, false);
-        sm90::tma_load(st + CODE_BYTES, &maps.scales[pi], &full[slot], base, grow, 0, false);
-        sm90::tma_load(st + CODE_BYTES + SCALE_BYTES, &maps.zeros[pi], &full[slot], base, grow, 0, false);
-        /* x as [M][K / 256][256]: the stage's UNITS rows of 256 k of every row of x */
-        sm90::tma_load(st + X_AT, xmap, &full[slot], 0, s * UNITS, 0, true);
+      int gs = 0;
+      for (int tile = blockIdx.x; tile < ta.tiles; tile += gridDim.x) {
+        int blk = tile;
+        const int pi = find_proj_index(a, blk), base = blk * COLS, gr = ta.group_rows[pi];
+        const int group = a.proj[pi].group;
+        const uint32_t tx = CODE_BYTES + gr * COLS * 3 + ta.x_rows * SK * 2; /* whole boxes, fill included */
+        for (int s = 0; s < stages; s++, gs++) {
+          const int slot = gs % ring;
+          if (gs >= ring) sm90::mbar_wait(&empty[slot], (gs / ring - 1) & 1);
+          uint8_t *st = slots + slot * slot_bytes;
+          const int grow = (int)((int64_t)s * SK / group); /* the stage's first group row */
+          sm90::mbar_expect_tx(&full[slot], tx);
+          sm90::tma_load(st, &maps.codes[pi], &full[slot], base, s * (SK / 8), 0, false);
+          sm90::tma_load(st + CODE_BYTES, &maps.scales[pi], &full[slot], base, grow, 0, false);
+          sm90::tma_load(st + CODE_BYTES + SCALE_BYTES, &maps.zeros[pi], &full[slot], base, grow, 0, false);
+          /* x as [M][K / 256][256]: the stage's UNITS rows of 256 k of every row of x */
+          sm90::tma_load(st + X_AT, xmap, &full[slot], 0, s * UNITS, 0, true);
+        }
       }
     }
     return;
   }
 
-  float acc[1][2][4] = {}; /* [8 rows of x][tile][element] */
-  const int g = p.group;
-#define KILN_WA16_CONSUME(PS)                                                                                     \
-  consume<BF16, PS>(acc, slots, full, empty, ring, slot_bytes, stages, ta.x_rows, g, gr, warp, consumers)
-  if (g == 32)
-    KILN_WA16_CONSUME(0);
-  else if (g == 64)
-    KILN_WA16_CONSUME(1);
-  else if (g == 128 && g < a.k)
-    KILN_WA16_CONSUME(2);
-  else /* G = K: one group; each unit is a piece of it */
-    KILN_WA16_CONSUME(3);
-#undef KILN_WA16_CONSUME
-
-  /* Once every consumer is here, every slot was filled and read (each stage's `full` was waited
-   * on), so the ring's memory can hold the reduction (the host sizes it for both). */
   const auto consumers_sync = [consumers] { asm volatile("bar.sync 1, %0;\n" ::"r"(consumers * 32) : "memory"); };
-  consumers_sync();
-  store_block<false>(acc, reinterpret_cast<float *>(slots), warp, consumers, threadIdx.x, consumers * 32, consumers_sync,
-                   a, p, 0, base, false);
+  const int units = stages * UNITS;
+  int it = 0; /* the block's tiles so far */
+  for (int tile = blockIdx.x; tile < ta.tiles; tile += gridDim.x, it++) {
+    int blk = tile;
+    const int pi = find_proj_index(a, blk), base = blk * COLS, gr = ta.group_rows[pi];
+    const kiln_qkv_proj &p = a.proj[pi];
+    /* units are numbered over the block's stream, unit v to warp v % consumers (the ring rule in
+     * wa16_gpu.c keeps each slot's quarter with one warp); this tile's first unit is it · units */
+    const int u0 = (int)((warp + consumers - (int)(((int64_t)it * units) % consumers)) % consumers);
+    float acc[1][2][4] = {}; /* [8 rows of x][tile][element] */
+    const int g = p.group;
+#define KILN_WA16_CONSUME(PS)                                                                                     \
+  consume<BF16, PS>(acc, slots, full, empty, ring, slot_bytes, stages, ta.x_rows, g, gr, u0, it * stages, consumers)
+    if (g == 32)
+      KILN_WA16_CONSUME(0);
+    else if (g == 64)
+      KILN_WA16_CONSUME(1);
+    else if (g == 128 && g < a.k)
+      KILN_WA16_CONSUME(2);
+    else /* G = K: one group; each unit is a piece of it */
+      KILN_WA16_CONSUME(3);
+#undef KILN_WA16_CONSUME
+    /* the reduction buffer of this tile's parity: every thread that read it for tile it - 2 has
+     * since reached tile it - 1's barrier (in store_block), which everyone here has passed */
+    store_block<false>(acc, red + (it & 1) * consumers * 8 * 32, warp, consumers, threadIdx.x, consumers * 32,
+                       consumers_sync, a, p, 0, base, false);
+  }
 }
 #endif
 

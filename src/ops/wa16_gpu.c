@@ -85,36 +85,37 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
       break;
   }
   if (st) return st;
-  /* Two 9-warp blocks per SM (8 consumers each, 96 registers) when the grid has more blocks than
-   * SMs, so one block's ramp overlaps the other's stream; else one block per SM with 16 consumers. The ring: as many slots as K has stages, up to ~100 KB
-   * of shared memory a block for two, ~200 KB for one. */
-  const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
-  const bool two_per_sm = KILN_WA16_TMA_TWO_PER_SM && blocks > sms;
+  /* Persistent blocks, each streaming its tiles through one ring: two 9-warp blocks per SM (8
+   * consumers each, 96 registers) when there are more tiles than SMs, so one block's ramp
+   * overlaps the other's stream; else one block per tile with 16 consumers. The ring: as many
+   * slots as the block has stages, up to ~100 KB of shared memory a block for two, ~200 KB for
+   * one, less the tiles' reduction buffers. */
+  const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1, tiles = blocks;
+  const bool two_per_sm = KILN_WA16_TMA_TWO_PER_SM && tiles > sms;
+  const int64_t grid = tiles < sms * (two_per_sm ? 2 : 1) ? tiles : sms * (two_per_sm ? 2 : 1);
+  int consumers = two_per_sm ? 8 : KILN_WA16_TMA_MAX_WARPS - 1;
   const int64_t stages = ((int64_t)a->k + KILN_WA16_TMA_STAGE_K - 1) / KILN_WA16_TMA_STAGE_K;
-  const int64_t slot = KILN_WA16_TMA_SLOT_BYTES(args.x_rows), budget = (two_per_sm ? 100 : 200) * 1024;
-  int64_t ring = budget / slot;
+  const int64_t streamed = stages * ((tiles + grid - 1) / grid); /* by the block with the most tiles */
+  const int64_t slot = KILN_WA16_TMA_SLOT_BYTES(args.x_rows);
+  int64_t ring = ((two_per_sm ? 100 : 200) * 1024 - KILN_WA16_TMA_RED_BYTES(consumers)) / slot;
   if (ring < 1) ring = 1;
-  if (ring > stages) ring = stages;
+  if (ring > streamed) ring = streamed;
   if (ring > KILN_WA16_TMA_RING) ring = KILN_WA16_TMA_RING;
   /* When the ring wraps, each unit of a slot must belong to one consumer warp (ring·UNITS a
    * multiple of the consumers): a warp then waits on a slot's next round only after it consumed
    * its unit of the round before, and an mbarrier's parity wait cannot tell round r from r + 2. */
-  int consumers = two_per_sm ? 8 : KILN_WA16_TMA_MAX_WARPS - 1;
-  if (ring < stages) {
+  if (ring < streamed) {
     const int64_t step = consumers % KILN_WA16_TMA_UNITS ? consumers : consumers / KILN_WA16_TMA_UNITS;
     if (ring < step)
       consumers = (int)(ring * KILN_WA16_TMA_UNITS);
     else
       ring -= ring % step;
   }
-  args.ring = (int32_t)ring;
-  /* the ring's memory also holds the final reduction, [consumers][8][32] floats */
-  int64_t body = ring * slot, red = (int64_t)consumers * 8 * 32 * 4;
-  if (body < red) body = red;
-  const unsigned smem = (unsigned)(128 + KILN_WA16_TMA_BAR_BYTES + body); /* 128: the base's alignment */
+  args.ring = (int32_t)ring, args.tiles = (int32_t)tiles;
+  const unsigned smem = (unsigned)(128 + KILN_WA16_TMA_BAR_BYTES + KILN_WA16_TMA_RED_BYTES(consumers) + ring * slot);
   void *params[] = {&args, &xmap, maps};
   const kiln_kernel_id kernel = a->x_dtype == KILN_DT_BF16 ? KILN_K_W4A16_TMA_BF16 : KILN_K_W4A16_TMA_F16;
-  return kiln_launch(ctx, kernel, (unsigned)blocks, 1, 1, (unsigned)(32 * (consumers + 1)), smem, stream, params, op);
+  return kiln_launch(ctx, kernel, (unsigned)grid, 1, 1, (unsigned)(32 * (consumers + 1)), smem, stream, params, op);
 }
 
 /* int8: the three weights are int8 [k, n] (w, scale); else kiln_qweights (codes, scales, ...). */
