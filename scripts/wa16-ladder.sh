@@ -18,7 +18,8 @@
 #   operations per ~19 KB instead of per ~5 KB; tma-v13-s512 / -s2048: stages of 512 / 2048 k;
 #   measured 2026-12-04 (performance.md, "v13"); main's kernel since. v14 split-k (split-K over
 #   a cluster of blocks, chosen per shape) and split1 / split2 / split4 (forced): measured slower.
-#   one-per-sm: main's kernel in one 17-warp block per SM whatever the grid.
+#   one-per-sm: main's kernel in one 17-warp block per SM whatever the grid (measured at 6091f47,
+#   before v15's persistent blocks: slower; again on v15's: see performance.md, "v15").
 set -u
 if [ "${1:-}" = build ]; then
   shift
