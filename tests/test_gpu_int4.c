@@ -292,8 +292,9 @@ static void aligned_decode(void **state) {
 /* Decode edges with aligned buffers (N a multiple of 16, 16-byte x rows, no act-order): half
  * blocks (N % 32 = 16), K not a multiple of the 128-k unit of the unguarded loop, one group per
  * column at G = K = 16, 64, 96 and 264, M at 1, 8, 9 and 16, long K (16384) on two blocks, more
- * blocks than SMs, column-major y, and two bit-identical reruns: the sm_90a TMA kernel's edges
- * (stages of 1024 k in units of 256, 32-column boxes, G = K) and, at M > 8, the sm_80 kernel's. */
+ * blocks than SMs, more tiles than persistent blocks, column-major y, and bit-identical reruns:
+ * the sm_90a TMA kernel's edges (stages of 1024 k in units of 256, 32-column boxes, G = K, blocks
+ * taking several tiles) and, at M > 8, the sm_80 kernel's. */
 static void decode_edges(void **state) {
   (void)state;
   const bool small = getenv("KILN_TEST_SANITIZER") != NULL;
@@ -312,8 +313,13 @@ static void decode_edges(void **state) {
       {12, small ? 1024 : 4096, 4224, 128, 1, 0, TEST_F16, TEST_F32, ROW, COL, 0, 0},
       {3, 1280, 48, 64, 1, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0}, /* v13: a stage and one unit */
       {4, 512, 32, 512, 0, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},  /* v13: G = K, two group rows */
+      /* v15: more tiles than two blocks per SM (264 on the H200), so persistent blocks take two
+       * tiles each, the ring wrapping across a tile's end; and some blocks two, others one */
+      {3, small ? 1024 : 4096, 12288, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
+      {8, 1024, 9216, 32, 0, 0, TEST_BF16, TEST_F32, ROW, COL, 0, 0},
   };
   rerun_identical(1, 4096, 4096, 128, TEST_F16);
+  rerun_identical(2, 4096, 12288, 64, TEST_BF16);
   rerun_identical(16, 2048, 4352, 32, TEST_BF16);
   run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
 }
