@@ -372,7 +372,8 @@ typedef struct kiln_qkv_args {
  * take in turn; the last warp issues the copies. x_rows is the height of x's box (M),
  * group_rows[i] that of projection i's scales and zeros boxes (STAGE_K / group when the group
  * divides the stage, else 1). */
-#ifndef KILN_WA16_TMA_STAGE_K /* tuning (KILN_TUNE_DEFS): 512, 1024 or 2048 (the codes box is STAGE_K / 8 <= 256 rows) */
+/* tuning (KILN_TUNE_DEFS): 512, 1024 or 2048 (the codes box is STAGE_K / 8 <= 256 rows) */
+#ifndef KILN_WA16_TMA_STAGE_K
 #define KILN_WA16_TMA_STAGE_K 1024
 #endif
 #define KILN_WA16_TMA_UNIT_K 256

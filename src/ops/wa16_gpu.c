@@ -64,8 +64,8 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
   const uint64_t xstride[2] = {KILN_WA16_TMA_UNIT_K * 2,
                                a->m > 1 ? (uint64_t)a->x_rs * 2 : ((uint64_t)a->k * 2 + 15) & ~15ull};
   const uint32_t xbox[3] = {KILN_WA16_TMA_UNIT_K, KILN_WA16_TMA_UNITS, (uint32_t)a->m};
-  kiln_status st = kiln_tma_map(ctx, op, a->x_dtype == KILN_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                                3, a->x, xdims, xstride, xbox, CU_TENSOR_MAP_SWIZZLE_NONE, &xmap);
+  const int xtype = a->x_dtype == KILN_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  kiln_status st = kiln_tma_map(ctx, op, xtype, 3, a->x, xdims, xstride, xbox, CU_TENSOR_MAP_SWIZZLE_NONE, &xmap);
   int64_t blocks = 0;
   for (int i = 0; i < 3 && !st; i++) {
     const kiln_qkv_proj *p = &a->proj[i];
