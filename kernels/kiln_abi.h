@@ -365,13 +365,13 @@ typedef struct kiln_qkv_args {
  * 32 columns of one projection and 8 or 16 rows of x. */
 #define KILN_WA16_THREADS 512
 
-/* The sm_90a W4A16 decode kernel (kernels/wa16_decode_sm90.cu): a block owns 32 columns of one
- * projection and all of M <= 8; TMA copies K in stages of KILN_WA16_TMA_STAGE_K with four
- * operations (codes, the stage's scales and zeros, that much of x) into a ring of `ring` slots.
- * A stage is KILN_WA16_TMA_UNITS units of 256 k, which `consumers` warps (blockDim.x / 32 - 1)
- * take in turn; the last warp issues the copies. x_rows is the height of x's box (M),
- * group_rows[i] that of projection i's scales and zeros boxes (STAGE_K / group when the group
- * divides the stage, else 1). */
+/* The sm_90a W4A16 decode kernel (kernels/wa16_decode_sm90.cu): a tile is 32 columns of one
+ * projection and all of M <= 8, and block b takes tiles b, b + gridDim.x, ... of the `tiles`.
+ * TMA copies K in stages of KILN_WA16_TMA_STAGE_K with four operations (codes, the stage's
+ * scales and zeros, that much of x) into a ring of `ring` slots. A stage is KILN_WA16_TMA_UNITS
+ * units of 256 k, which `consumers` warps (blockDim.x / 32 - 1) take in turn; the last warp
+ * issues the copies. x_rows is the height of x's box (M), group_rows[i] that of projection i's
+ * scales and zeros boxes (STAGE_K / group when the group divides the stage, else 1). */
 /* tuning (KILN_TUNE_DEFS): 512, 1024 or 2048 (the codes box is STAGE_K / 8 <= 256 rows) */
 #ifndef KILN_WA16_TMA_STAGE_K
 #define KILN_WA16_TMA_STAGE_K 1024
