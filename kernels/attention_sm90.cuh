@@ -122,11 +122,8 @@ KILN_DEVICE void init_barriers(uint64_t *bars) {
  * the barriers (1 + 3·STAGES). */
 KILN_DEVICE uint8_t *smem_base(uint8_t *raw) { return (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023); }
 
-/* Named barriers (id 0 is __syncthreads'): wait until `count` threads arrived, or arrive only. */
-KILN_DEVICE void named_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
-KILN_DEVICE void named_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
+using sm90::named_arrive; /* named barriers (gemm_sm90.cuh) */
+using sm90::named_sync;
 /* All 256 threads of the two consumer warpgroups (barrier 1; 2 and 3 are the forward's turns). */
 KILN_DEVICE void consumers_sync() { named_sync(1, 256); }
 /* The 128 threads of consumer warpgroup cw (barriers 4 and 5). */

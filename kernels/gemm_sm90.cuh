@@ -73,6 +73,17 @@ KILN_DEVICE void mbar_wait(uint64_t *bar, uint32_t parity) {
       "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
       "r"(parity));
 }
+/* A ring's barriers, set up by thread 0 before the block's first barrier: full[s] completes on
+ * the producer's expect_tx and the copies' bytes, empty[s] on `releases` arrivals. */
+KILN_DEVICE void ring_init(uint64_t *full, uint64_t *empty, int slots, uint32_t releases) {
+  for (int s = 0; s < slots; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], releases);
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/* Named barriers (id 0 is __syncthreads'): wait until `count` threads arrived, or arrive only. */
+KILN_DEVICE void named_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
+KILN_DEVICE void named_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 /* TMA tile copy of the box at coordinates (c0 innermost, c1[, c2]) into shared memory. */
 KILN_DEVICE void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2, bool three_d) {
   if (three_d)
@@ -225,13 +236,8 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
   const int items = ((p.m + BM * CLUSTER - 1) / (BM * CLUSTER)) * ((p.n + BN - 1) / BN), total = items * p.batch;
   const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; s++) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], CONSUMERS * CLUSTER); /* a stage is refilled once every consumer of the cluster is done */
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  if (threadIdx.x == 0) /* a stage is refilled once every consumer of the cluster is done */
+    ring_init(full, empty, STAGES, CONSUMERS * CLUSTER);
   if (CLUSTER > 1)
     cluster_sync(); /* the peer's barriers are initialized before any multicast or remote arrive */
   else

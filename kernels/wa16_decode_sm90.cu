@@ -162,10 +162,7 @@ KILN_DEVICE void tma_decode(const kiln_wa16_tma_args &ta, const CUtensorMap *xma
   float *red = reinterpret_cast<float *>(smem + KILN_WA16_TMA_BAR_BYTES);
   uint8_t *slots = smem + KILN_WA16_TMA_BAR_BYTES + KILN_WA16_TMA_RED_BYTES(consumers);
 
-  if (threadIdx.x == 0) { /* full: the producer's expect_tx; empty: one arrival per unit */
-    for (int i = 0; i < ring; i++) sm90::mbar_init(&full[i], 1), sm90::mbar_init(&empty[i], UNITS);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  if (threadIdx.x == 0) sm90::ring_init(full, empty, ring, UNITS); /* empty: one arrival per unit */
   __syncthreads();
 
   /* Persistent: block b streams tiles b, b + gridDim.x, ... through one ring, so the copies of a
@@ -196,7 +193,7 @@ KILN_DEVICE void tma_decode(const kiln_wa16_tma_args &ta, const CUtensorMap *xma
     return;
   }
 
-  const auto consumers_sync = [consumers] { asm volatile("bar.sync 1, %0;\n" ::"r"(consumers * 32) : "memory"); };
+  const auto consumers_sync = [consumers] { sm90::named_sync(1, consumers * 32); };
   const int units = stages * UNITS;
   int it = 0; /* the block's tiles so far */
   for (int tile = blockIdx.x; tile < ta.tiles; tile += gridDim.x, it++) {

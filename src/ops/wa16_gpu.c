@@ -66,11 +66,11 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
   const uint32_t xbox[3] = {KILN_WA16_TMA_UNIT_K, KILN_WA16_TMA_UNITS, (uint32_t)a->m};
   const int xtype = a->x_dtype == KILN_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   kiln_status st = kiln_tma_map(ctx, op, xtype, 3, a->x, xdims, xstride, xbox, CU_TENSOR_MAP_SWIZZLE_NONE, &xmap);
-  int64_t blocks = 0;
+  int64_t tiles = 0; /* 32 columns each, projection after projection */
   for (int i = 0; i < 3 && !st; i++) {
     const kiln_qkv_proj *p = &a->proj[i];
     if (p->n == 0) continue;
-    blocks += (p->n + 31) / 32;
+    tiles += (p->n + 31) / 32;
     const uint64_t n = (uint64_t)p->n, words = (uint64_t)a->k / 8, groups = (uint64_t)(a->k / p->group);
     const int32_t gr = args.group_rows[i] = tma_group_rows(p->group);
     const uint64_t cdims[2] = {n, words}, cstride[1] = {n * 4}, sdims[2] = {n, groups}, sstride[1] = {n * 2},
@@ -90,7 +90,7 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
    * overlaps the other's stream; else one block per tile with 16 consumers. The ring: as many
    * slots as the block has stages, up to ~100 KB of shared memory a block for two, ~200 KB for
    * one, less the tiles' reduction buffers. */
-  const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1, tiles = blocks;
+  const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
   const bool two_per_sm = KILN_WA16_TMA_TWO_PER_SM && tiles > sms;
   const int64_t grid = tiles < sms * (two_per_sm ? 2 : 1) ? tiles : sms * (two_per_sm ? 2 : 1);
   int consumers = two_per_sm ? 8 : KILN_WA16_TMA_MAX_WARPS - 1;
