@@ -99,6 +99,10 @@ KILN_DEVICE void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int 
         "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
         : "memory");
 }
+/* Fetches a TMA descriptor into the descriptor cache ahead of its first copy. */
+KILN_DEVICE void tma_prefetch(const CUtensorMap *map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
 /* The same for a rank-4 map (the attention kernels' [B, H, S, D] operands: c0 = d, c1 = s, c2 = h, c3 = b). */
 KILN_DEVICE void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2, int c3) {
   asm volatile(

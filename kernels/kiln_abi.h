@@ -365,13 +365,15 @@ typedef struct kiln_qkv_args {
  * 32 columns of one projection and 8 or 16 rows of x. */
 #define KILN_WA16_THREADS 512
 
-/* The sm_90a W4A16 decode kernel (kernels/wa16_decode_sm90.cu): a tile is 32 columns of one
- * projection and all of M <= 8, and block b takes tiles b, b + gridDim.x, ... of the `tiles`.
- * TMA copies K in stages of KILN_WA16_TMA_STAGE_K with four operations (codes, the stage's
- * scales and zeros, that much of x) into a ring of `ring` slots. A stage is KILN_WA16_TMA_UNITS
- * units of 256 k, which `consumers` warps (blockDim.x / 32 - 1) take in turn; the last warp
- * issues the copies. x_rows is the height of x's box (M), group_rows[i] that of projection i's
- * scales and zeros boxes (STAGE_K / group when the group divides the stage, else 1). */
+/* The sm_90a W4A16 / W8A16 decode kernels (kernels/wa16_decode_sm90.cu): a tile is 32 columns of
+ * one projection (int8: 16 or 32) and 8 rows of x (M <= 16: a column tile's two row tiles are
+ * taken one after the other, so the second mostly reads the weight from L2), and block b takes
+ * tiles b, b + gridDim.x, ... of the `tiles`. TMA copies K in stages of KILN_WA16_TMA_STAGE_K
+ * with four operations (int4: codes, the stage's scales and zeros, that much of x; int8: two,
+ * the weight and x) into a ring of `ring` slots. A stage is KILN_WA16_TMA_UNITS units of 256 k,
+ * which `consumers` warps (blockDim.x / 32 - 1) take in turn; the last warp issues the copies.
+ * x_rows is the height of x's box (min(M, 8)), group_rows[i] that of projection i's scales and
+ * zeros boxes (STAGE_K / group when the group divides the stage, else 1). */
 /* tuning (KILN_TUNE_DEFS): 512, 1024 or 2048 (the codes box is STAGE_K / 8 <= 256 rows) */
 #ifndef KILN_WA16_TMA_STAGE_K
 #define KILN_WA16_TMA_STAGE_K 1024
@@ -396,10 +398,24 @@ typedef struct kiln_qkv_args {
 /* The tiles' reductions, [2][consumers][8][32] floats, between the barriers and the ring. */
 #define KILN_WA16_TMA_RED_BYTES(consumers) (2 * (consumers) * 8 * 32 * 4)
 #define KILN_WA16_TMA_SLOT_BYTES(x_rows) (KILN_WA16_TMA_X_AT + (x_rows) * KILN_WA16_TMA_STAGE_K * 2)
+/* int8 (kiln_qkv_project_int8 with column-major weights, i.e. a Linear weight [N, K]'s transposed
+ * view), tiles of 16·t columns (t = 2, or 1 where that spreads the tiles more evenly over the
+ * SMs): a slot's weight is [STAGE_K / 128][16·t rows][128 bytes], column 2t·h + l of the tile in
+ * row 8l + h (a 4-D map, 128-byte swizzle), then x as for int4. */
+#define KILN_WA8_TMA_CODE_BYTES(t) (KILN_WA16_TMA_STAGE_K * 16 * (t))
+#define KILN_WA8_TMA_SLOT_BYTES(x_rows, t) (KILN_WA8_TMA_CODE_BYTES(t) + (x_rows) * KILN_WA16_TMA_STAGE_K * 2)
+/* Where the ring starts in the block's 1024-aligned dynamic shared memory (the host asks for 1024
+ * bytes more, for the alignment): after the barriers and the reductions, on a 1024-byte boundary
+ * (the int8 boxes are 128-byte swizzled). */
+#define KILN_WA16_TMA_RING_AT(consumers) \
+  ((KILN_WA16_TMA_BAR_BYTES + KILN_WA16_TMA_RED_BYTES(consumers) + 1023) / 1024 * 1024)
 typedef struct kiln_wa16_tma_args {
   kiln_qkv_args a;
-  int32_t ring, x_rows;
-  int32_t tiles; /* 32-column tiles of the three projections; the grid's blocks take them in turn */
+  int32_t ring, x_rows; /* x_rows: min(M, 8) */
+  /* work items: the three projections' column tiles times row_tiles (ceil(M / 8)) blocks of 8
+   * rows of x, item i = column tile i / row_tiles, rows 8·(i % row_tiles) ..; the grid's blocks
+   * take them in turn */
+  int32_t tiles, row_tiles;
   int32_t group_rows[3];
 } kiln_wa16_tma_args;
 

@@ -106,15 +106,25 @@ KILN_DEVICE uint32_t i8x2(uint32_t a, uint32_t b) {
   return r;
 }
 
+/* The same for two bytes of one word: f16 takes the magic exponent from prmt's second operand,
+ * (u | 0x6400) in one prmt instead of a prmt and a LOP3 (2 instructions a pair, not 3). */
+template <bool BF16, int IA, int IB>
+KILN_DEVICE uint32_t i8x2w(uint32_t w) {
+  static_assert(IA < 4 && IB < 4, "bytes of one word");
+  if (BF16) return i8x2<true, IA, IB>(w, w);
+  return sub2<false>(prmt(w, 0x64646464u, IA | 4 << 4 | IB << 8 | 4 << 12), 0x64806480u);
+}
+
 KILN_DEVICE uint32_t flip8(uint32_t w) { return w ^ 0x80808080u; }
 
 /* ---- the projection of a block -------------------------------------------------------------- */
 
-/* The projection (and its 32-column block) of grid column `blk`: blocks of projection 0 first. */
-KILN_DEVICE int find_proj_index(const kiln_qkv_args &a, int &blk) {
+/* The projection (and its block of `cols` columns) of grid column `blk`: blocks of projection 0
+ * first. */
+KILN_DEVICE int find_proj_index(const kiln_qkv_args &a, int &blk, int cols = COLS) {
 #pragma unroll
   for (int i = 0; i < 2; i++) {
-    const int blocks = (a.proj[i].n + COLS - 1) / COLS;
+    const int blocks = (a.proj[i].n + cols - 1) / cols;
     if (blk < blocks) return i;
     blk -= blocks;
   }
@@ -413,10 +423,10 @@ struct W8C {
       cd.w[i] = make_uint2(flip8(v[0]), flip8(v[1])); /* past K or N: flipped zeros, weight 0 */
     }
   }
-  KILN_DEVICE void a_frag(uint32_t (&a)[4], const Codes &cd, int t, int s) const {
+  static KILN_DEVICE void a_frag(uint32_t (&a)[4], const Codes &cd, int t, int s) {
     const uint32_t lo = s ? cd.w[2 * t].y : cd.w[2 * t].x, hi = s ? cd.w[2 * t + 1].y : cd.w[2 * t + 1].x;
-    a[0] = i8x2<BF16, 0, 2>(lo, lo), a[1] = i8x2<BF16, 0, 2>(hi, hi);
-    a[2] = i8x2<BF16, 1, 3>(lo, lo), a[3] = i8x2<BF16, 1, 3>(hi, hi);
+    a[0] = i8x2w<BF16, 0, 2>(lo), a[1] = i8x2w<BF16, 0, 2>(hi);
+    a[2] = i8x2w<BF16, 1, 3>(lo), a[3] = i8x2w<BF16, 1, 3>(hi);
   }
   /* x words (k0,k1) (k2,k3) of step s at xw[2s], xw[2s+1]: slots want (k0, k2) and (k1, k3) */
   static KILN_DEVICE void b_frag(uint32_t &b0, uint32_t &b1, const uint32_t (&xw)[4], int s) {
@@ -425,31 +435,32 @@ struct W8C {
 };
 
 /* ---- the block's result ------------------------------------------------------------------------
- * Each of `warps` warps holds a partial [8 or 16 rows of x][32 columns] tile in mma.sync's D
- * layout (acc[h][t][e]: x rows 8h.., tile t, element e). They are added in warp order
- * (deterministic, no atomics) through red ([warps][NACC][32] floats) by the block's `threads`
- * participating threads (tid 0 .. threads-1), which `sync` makes wait for each other; ungrouped
- * (int8) sums are multiplied by their column's scale, then rounded once into y. */
-template <bool M16, class Sync>
-KILN_DEVICE void store_block(const float (&acc)[M16 ? 2 : 1][2][4], float *red_, int warp, int warps, int tid,
+ * Each of `warps` warps holds a partial [8 or 16 rows of x][16·T columns] tile in mma.sync's D
+ * layout (acc[h][t][e]: x rows 8h.., MMA tile t < T, element e; T = 2 but in the sm_90a int8
+ * kernel's 16-column tiles). They are added in warp order (deterministic, no atomics) through
+ * red ([warps][NACC][32] floats) by the block's `threads` participating threads (tid 0 ..
+ * threads-1), which `sync` makes wait for each other; ungrouped (int8) sums are multiplied by
+ * their column's scale, then rounded once into y. */
+template <bool M16, int T = 2, class Sync>
+KILN_DEVICE void store_block(const float (&acc)[M16 ? 2 : 1][T][4], float *red_, int warp, int warps, int tid,
                              int threads, Sync sync, const kiln_qkv_args &a, const kiln_qkv_proj &p, int m0, int base,
                              bool col_scale) {
-  constexpr int NACC = 2 * 4 * (M16 ? 2 : 1);
+  constexpr int NACC = T * 4 * (M16 ? 2 : 1);
   float(&red)[WARPS][NACC][32] = *reinterpret_cast<float(*)[WARPS][NACC][32]>(red_); /* [warps] used */
   const int lane = tid % 32;
 #pragma unroll
   for (int h = 0; h < (M16 ? 2 : 1); h++)
 #pragma unroll
-    for (int t = 0; t < 2; t++)
+    for (int t = 0; t < T; t++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) red[warp][8 * h + 4 * t + e][lane] = acc[h][t][e];
+      for (int e = 0; e < 4; e++) red[warp][4 * T * h + 4 * t + e][lane] = acc[h][t][e];
   sync();
   for (int idx = tid; idx < NACC * 32; idx += threads) {
-    const int i = idx / 32, l = idx % 32, h = i / 8, t = i / 4 % 2, e = i % 4;
+    const int i = idx / 32, l = idx % 32, h = i / (4 * T), t = i / 4 % T, e = i % 4;
     float y = 0.f;
     for (int v = 0; v < warps; v++) y += red[v][i][l];
-    /* element e of tile t in lane l: column 4(l/4) + 2t + e/2, x row 8h + 2(l%4) + e%2 */
-    const int row = m0 + 8 * h + 2 * (l % 4) + e % 2, col = base + 4 * (l / 4) + 2 * t + e / 2;
+    /* element e of tile t in lane l: column 2T(l/4) + 2t + e/2, x row 8h + 2(l%4) + e%2 */
+    const int row = m0 + 8 * h + 2 * (l % 4) + e % 2, col = base + 2 * T * (l / 4) + 2 * t + e / 2;
     if (row < a.m && col < p.n) {
       if (col_scale) y *= __ldg(p.scale + col * p.scale_stride);
       kiln_store_from_f32(p.y, row * p.y_rs + col * p.y_cs, a.y_dtype, y);

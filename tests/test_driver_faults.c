@@ -161,7 +161,18 @@ static void int8_paths(kiln_context *ctx) {
   q.workspace = ws->dl_tensor.data;
   assert_kiln_ok(kiln_qkv_project_int8(ctx, &x->dl_tensor, B, B, B, &sv, &sv, &sv, &y[0]->dl_tensor,
                                        &y[1]->dl_tensor, &y[2]->dl_tensor, &q, NULL));
-  DLManagedTensorVersioned *all[] = {a, w, b, c, x, s, y[0], y[1], y[2], ws};
+  /* DECODE at M = 4, K = 256 with column-major weights (W [96, 256] seen as [256, 96]): the sm_90a
+   * TMA kernel's rank-4, 128-byte swizzled weight descriptors and its launch */
+  DLManagedTensorVersioned *x4 = empty(ctx, TEST_F16, 4, 256), *w2 = empty(ctx, I8, 96, 256);
+  DLManagedTensorVersioned *y4[3] = {empty(ctx, TEST_F16, 4, 96), empty(ctx, TEST_F16, 4, 96),
+                                     empty(ctx, TEST_F16, 4, 96)};
+  DLTensor w2t = w2->dl_tensor;
+  int64_t w2t_shape[2] = {256, 96}, w2t_strides[2] = {1, 256};
+  w2t.shape = w2t_shape, w2t.strides = w2t_strides;
+  q = kiln_qkv_opts_default();
+  assert_kiln_ok(kiln_qkv_project_int8(ctx, &x4->dl_tensor, &w2t, &w2t, &w2t, &sv, &sv, &sv, &y4[0]->dl_tensor,
+                                       &y4[1]->dl_tensor, &y4[2]->dl_tensor, &q, NULL));
+  DLManagedTensorVersioned *all[] = {a, w, b, c, x, s, y[0], y[1], y[2], ws, x4, w2, y4[0], y4[1], y4[2]};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_tensor_free(all[i]);
   assert_int_equal(fake("live_allocations"), allocations);
   assert_int_equal(fake("context_depth"), 0);

@@ -291,7 +291,7 @@ static void aligned_decode(void **state) {
 
 /* Decode edges with aligned buffers (N a multiple of 16, 16-byte x rows, no act-order): half
  * blocks (N % 32 = 16), K not a multiple of the 128-k unit of the unguarded loop, one group per
- * column at G = K = 16, 64, 96 and 264, M at 1, 8, 9 and 16, long K (16384) on two blocks, more
+ * column at G = K = 16, 64, 96 and 264, M at 1, 8, 9, 10 and 16, long K (16384) on two blocks, more
  * blocks than SMs, more tiles than persistent blocks, column-major y, and bit-identical reruns:
  * the sm_90a TMA kernel's edges (stages of 1024 k in units of 256, 32-column boxes, G = K, blocks
  * taking several tiles) and, at M > 8, the sm_80 kernel's. */
@@ -317,6 +317,9 @@ static void decode_edges(void **state) {
        * tiles each, the ring wrapping across a tile's end; and some blocks two, others one */
       {3, small ? 1024 : 4096, 12288, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
       {8, 1024, 9216, 32, 0, 0, TEST_BF16, TEST_F32, ROW, COL, 0, 0},
+      /* M 9..16 (the sm_80 kernel's 16-row blocks; measured on the TMA kernel's row tiles) */
+      {16, 2048, 1024, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
+      {10, 1024, 96, 64, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0},
   };
   rerun_identical(1, 4096, 4096, 128, TEST_F16);
   rerun_identical(2, 4096, 12288, 64, TEST_BF16);
@@ -539,6 +542,7 @@ typedef struct i8case {
   int64_t M, K, N[3];
   int xd, yd, seed; /* W16_X_DT, W16_OUT_DT indices; seed picks layouts, padding, int8/uint8 */
   int prefill;      /* 1: algo PREFILL with a workspace, 2: AUTO with a workspace (M >= 256) */
+  int col;          /* 1: every weight column-major with 16-byte columns (the sm_90a TMA kernel's) */
 } i8case;
 
 static int run_int8_case(const i8case *c) {
@@ -554,7 +558,8 @@ static int run_int8_case(const i8case *c) {
   for (int i = 0; i < 3; i++) {
     const int v = c->seed + i;
     /* padding 0 or 16 keeps 16-byte rows (vector loads); 3 forces the scalar path */
-    tm_init(&w[i], v % 2 ? T_U8 : T_I8, 2, 1, K, c->N[i], v % 3 == 1 ? ROW : COL, v % 4 == 3 ? 3 : v % 2 ? 16 : 0, 0, 0);
+    const int pad = v % 4 == 3 && !c->col ? 3 : v % 2 ? 16 : 0;
+    tm_init(&w[i], v % 2 ? T_U8 : T_I8, 2, 1, K, c->N[i], v % 3 == 1 && !c->col ? ROW : COL, pad, 0, 0);
     tm_fill_i8(&w[i]);
     gmat_up(&gw[i], &w[i]);
     ts_init(&s[i], v % 2 ? c->N[i] : 1, 1 + v % 3);
@@ -616,9 +621,9 @@ static int run_int8_case(const i8case *c) {
 static void qkv_int8_prefill(void **state) {
   (void)state;
   const i8case cs[] = {
-      {40, 264, {96, 33, 40}, 0, 0, 0, 1},   {7, 64, {32, 32, 32}, 1, 1, 1, 1},
-      {300, 512, {512, 128, 136}, 0, 2, 2, 2}, {260, 200, {70, 24, 24}, 1, 0, 3, 2},
-      {256, 96, {64, 100, 8}, 0, 1, 4, 2},
+      {40, 264, {96, 33, 40}, 0, 0, 0, 1, 0},    {7, 64, {32, 32, 32}, 1, 1, 1, 1, 0},
+      {300, 512, {512, 128, 136}, 0, 2, 2, 2, 0}, {260, 200, {70, 24, 24}, 1, 0, 3, 2, 0},
+      {256, 96, {64, 100, 8}, 0, 1, 4, 2, 0},
   };
   const int n = (int)(sizeof cs / sizeof cs[0]);
   int failures = 0;
@@ -634,15 +639,45 @@ static void qkv_int8(void **state) {
   for (int im = 0; im < 6; im++)
     for (int xd = 0; xd < 2; xd++)
       for (int yd = 0; yd < 3; yd++, n++)
-        cs[n] = (i8case){Ms[im], Ks[n % 4], {33 + 32 * (n % 3), 7 + 2 * (n % 3), 1 + 2 * (n % 5)}, xd, yd, n, 0};
+        cs[n] = (i8case){Ms[im], Ks[n % 4], {33 + 32 * (n % 3), 7 + 2 * (n % 3), 1 + 2 * (n % 5)}, xd, yd, n, 0, 0};
   int failures = 0;
   for (int i = 0; i < n; i++) failures += !run_int8_case(&cs[i]);
   /* decode-size GQA (smaller under the sanitizer) */
   const int64_t S = getenv("KILN_TEST_SANITIZER") ? 512 : 4096;
-  const i8case big[] = {{1, S, {S, S / 4, S / 4}, 0, 1, 0, 0}, {16, S, {S, S / 4, S / 4}, 1, 2, 1, 0},
-                        {5, S, {S, S / 4, S / 4}, 0, 0, 2, 0}};
+  const i8case big[] = {{1, S, {S, S / 4, S / 4}, 0, 1, 0, 0, 0}, {16, S, {S, S / 4, S / 4}, 1, 2, 1, 0, 0},
+                        {5, S, {S, S / 4, S / 4}, 0, 0, 2, 0, 0}};
   for (int i = 0; i < 3; i++) failures += !run_int8_case(&big[i]);
   if (failures) fail_msg("%d of %d int8 cases failed (listed above)", failures, n + 3);
+}
+
+/* int8 decode with column-major, 16-byte aligned weights, N % 4 == 0, K % 256 == 0, M <= 8 and
+ * 16-byte x rows: on sm_90a the TMA kernel's problems (wa16_decode_sm90.cu). Tiles of 32, 16 and
+ * 4 columns (the box filled with zeros past N), K of one unit, a stage and a unit (1280), several
+ * stages, padded columns, uint8 and int8, scales [1] and [N], every x and y dtype; more tiles
+ * than two blocks per SM (blocks take two, the ring wrapping across a tile's end); 16-column
+ * tiles (M <= 4, K >= 8192), full and ragged; M = 8's one block of 12 consumers per SM; M 9..16
+ * in two row tiles; one column-major x (seed 4: the sm_80 kernel). */
+static void qkv_int8_tma(void **state) {
+  (void)state;
+  const bool small = getenv("KILN_TEST_SANITIZER") != NULL;
+  const i8case cs[] = {
+      {1, 256, {32, 16, 4}, 0, 0, 0, 0, 1},
+      {3, 1280, {96, 48, 52}, 1, 2, 1, 0, 1},
+      {8, 2048, {64, 32, 36}, 0, 1, 2, 0, 1},
+      {7, 512, {128, 32, 32}, 1, 0, 3, 0, 1},
+      {2, 768, {64, 64, 64}, 0, 0, 4, 0, 1}, /* x column-major: not TMA's */
+      {5, small ? 1024 : 4096, {4096, 1024, 1024}, 0, 0, 5, 0, 1},
+      {2, 1024, {8192, 1024, 1024}, 1, 2, 6, 0, 1},
+      {1, small ? 1024 : 4096, {12288, 1024, 1024}, 0, 1, 7, 0, 1},
+      {8, 1024, {4096, 1024, 1024}, 1, 0, 8, 0, 1}, /* 48 KB slots: one block of 12 consumers per SM */
+      {3, 8192, {8192, 1028, 1020}, 0, 2, 9, 0, 1}, /* 16-column tiles (K >= 8192), two ragged */
+      {16, 1024, {1024, 256, 256}, 1, 1, 10, 0, 1},   /* two row tiles of 8 */
+      {11, 2048, {4096, 1024, 1024}, 0, 0, 11, 0, 1}, /* the second partial */
+  };
+  const int n = (int)(sizeof cs / sizeof cs[0]);
+  int failures = 0;
+  for (int i = 0; i < n; i++) failures += !run_int8_case(&cs[i]);
+  if (failures) fail_msg("%d of %d int8 TMA-layout cases failed (listed above)", failures, n);
 }
 
 /* PREFILL (the weight dequantized into the caller's workspace, then kiln_matmul): explicit and
@@ -717,7 +752,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(groups_dtypes),  cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
       cmocka_unit_test(aligned_decode), cmocka_unit_test(decode_edges),        cmocka_unit_test(qkv_fused),
       cmocka_unit_test(qkv_fused_aligned), cmocka_unit_test(qkv_prefill),
-      cmocka_unit_test(qkv_prefill_merged), cmocka_unit_test(qkv_int8),        cmocka_unit_test(qkv_int8_prefill),
+      cmocka_unit_test(qkv_prefill_merged), cmocka_unit_test(qkv_int8),        cmocka_unit_test(qkv_int8_tma),
+      cmocka_unit_test(qkv_int8_prefill),
       cmocka_unit_test(deterministic),  cmocka_unit_test(prefill),             cmocka_unit_test(refusals),
   };
   int failed = cmocka_run_group_tests_name("gpu_int4", tests, NULL, NULL);

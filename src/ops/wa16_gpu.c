@@ -5,8 +5,9 @@
  *
  * Kernels (kernels/wa16_decode_sm80.cu): DECODE streams the weights once per 8 or 16 rows of x
  * with mma.sync on exactly dequantized weights (sm_80+); each 16 rows of x re-read the weights
- * (from L2 when they fit), so at large M it is compute-starved. On sm_90a, int4 at M <= 8 streams
- * the weight by TMA through shared memory instead (kernels/wa16_decode_sm90.cu).
+ * (from L2 when they fit), so at large M it is compute-starved. On sm_90a, int4 at M <= 8 and
+ * column-major int8 at M <= 16 stream the weight by TMA through shared memory instead
+ * (kernels/wa16_decode_sm90.cu).
  * kiln_matmul_int4's PREFILL (matmul_int4.c) dequantizes into the caller's workspace
  * (kernels/w4_dequant.cu) and runs kiln_matmul instead; the fused QKV calls do the same per
  * projection or, into adjacent outputs, for the three weights side by side (qkv_project.c;
@@ -24,25 +25,62 @@
 #define KILN_WA16_TMA 1
 #endif
 
+/* Tuning (KILN_TUNE_DEFS): 0 leaves int8's M 9..16 to the sm_80 kernel (the TMA kernel then takes
+ * M <= 8) */
+#ifndef KILN_WA16_TMA_M16
+#define KILN_WA16_TMA_M16 1
+#endif
+
 /* Tuning (KILN_TUNE_DEFS): 0 keeps the TMA kernel at one block of 16 consumers per SM on every
  * grid (more waves, each of fewer, longer blocks) */
 #ifndef KILN_WA16_TMA_TWO_PER_SM
 #define KILN_WA16_TMA_TWO_PER_SM 1
 #endif
 
+/* Tuning (KILN_TUNE_DEFS): int8's 16-column tiles (wa8_tile_cols): 0 never, 1 where they spread
+ * the work more evenly, in one block per SM; 2 the same in two blocks per SM */
+#ifndef KILN_WA8_TMA_N16
+#define KILN_WA8_TMA_N16 1
+#endif
+
 static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
-/* Every projection's rows of codes (n·4 bytes), scales (n·2) and zeros (n) a multiple of 16 bytes,
- * every buffer 16-byte aligned, no act-order; x row-major with 16-byte rows. M <= 8: at M 9..16
- * the sm_80 kernel was faster on every shape measured (docs/performance.md, "v13"). */
-static bool tma_fits(const kiln_context *ctx, const kiln_qkv_args *a) {
-  if (!KILN_WA16_TMA || ctx->arch != 90 || a->m > 8) return false;
+static int64_t tiles_of(const kiln_qkv_args *a, int cols) {
+  int64_t tiles = 0; /* projection after projection */
+  for (int i = 0; i < 3; i++) tiles += (a->proj[i].n + cols - 1) / cols;
+  return tiles;
+}
+
+/* The int8 kernel's tile width. A block's tiles are whole (their sums are added in the block), so
+ * the SM with the most tiles sets the time: at 8192 x (8192 + 1024 + 1024) 320 tiles of 32
+ * columns put 96 columns on some of the 132 SMs, 640 of 16 put at most 80 (measured 1.07x).
+ * 16 columns where that lowers the most columns an SM streams, at M <= 4 (x's box is the same
+ * per stage whatever the width, and at M = 8 as large as a 16-column weight's) and K >= 8192:
+ * at K = 4096 a tile's fixed cost outweighed the better spread (4096 x (4096 + 1024 + 1024):
+ * 13.6 against 11.8 µs; docs/performance.md, "W8A16 on sm_90a"). */
+static int wa8_tile_cols(const kiln_qkv_args *a, int64_t sms) {
+  if (!KILN_WA8_TMA_N16 || a->m > 4 || a->k < 8192) return 32;
+  const int64_t t16 = tiles_of(a, 16), t32 = tiles_of(a, 32);
+  return (t16 + sms - 1) / sms * 16 < (t32 + sms - 1) / sms * 32 ? 16 : 32;
+}
+
+/* int4: every projection's rows of codes (n·4 bytes), scales (n·2) and zeros (n) a multiple of 16
+ * bytes, every buffer 16-byte aligned, no act-order. int8: every weight column-major (a Linear
+ * weight's transposed view: w_rs 1) with 16-byte aligned columns, n % 4 == 0 (the map's view of
+ * a tile's columns as [4][8], wa16_tma). x row-major with 16-byte rows. M <= 8, and for int8
+ * M <= 16 in two row tiles of 8: 1.13-1.49x the sm_80 kernel, which int4's M 9..16 keeps (its
+ * row tiles were 5-22 % slower, a 16-row TMA kernel lost too; docs/performance.md, "W8A16 on
+ * sm_90a" and "v13"). */
+static bool tma_fits(const kiln_context *ctx, const kiln_qkv_args *a, bool int8) {
+  if (!KILN_WA16_TMA || ctx->arch != 90 || a->m > (int8 && KILN_WA16_TMA_M16 ? 16 : 8)) return false;
   if (a->x_cs != 1 || (a->m > 1 && (a->x_rs * 2) % 16 != 0) || !aligned16(a->x)) return false;
   if (a->k % KILN_WA16_TMA_UNIT_K) return false; /* x's map views each row as [K / 256][256] */
   for (int i = 0; i < 3; i++) {
     const kiln_qkv_proj *p = &a->proj[i];
     if (p->n == 0) continue;
-    if (p->perm || p->n % 16 || !aligned16(p->codes) || !aligned16(p->scales) || !aligned16(p->zeros)) return false;
+    if (int8 && (p->w_rs != 1 || p->w_cs % 16 || p->n % 4 || !aligned16(p->w))) return false;
+    if (!int8 && (p->perm || p->n % 16 || !aligned16(p->codes) || !aligned16(p->scales) || !aligned16(p->zeros)))
+      return false;
   }
   return true;
 }
@@ -54,8 +92,11 @@ static int32_t tma_group_rows(int64_t group) {
   return group >= 32 && group < sk && sk % group == 0 ? (int32_t)(sk / group) : 1;
 }
 
-static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_qkv_args *a, CUstream stream) {
-  kiln_wa16_tma_args args = {.a = *a, .x_rows = a->m};
+static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_qkv_args *a, bool int8,
+                            CUstream stream) {
+  /* M 9..16: each column tile twice, rows 0..7 then 8..15 (x's box past M filled with zeros),
+   * adjacent in the blocks' order, so that the second pass over a weight mostly hits L2 */
+  kiln_wa16_tma_args args = {.a = *a, .x_rows = a->m < 8 ? a->m : 8, .row_tiles = (a->m + 7) / 8};
   kiln_tensor_map xmap, maps[9]; /* codes[3], scales[3], zeros[3] */
   memset(maps, 0, sizeof maps);
   /* x as [M][K / 256][256], so that one box of [x_rows][UNITS][256] brings a stage's x */
@@ -63,14 +104,29 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
   /* x's row stride; over M = 1 it addresses nothing, but TMA wants a multiple of 16 */
   const uint64_t xstride[2] = {KILN_WA16_TMA_UNIT_K * 2,
                                a->m > 1 ? (uint64_t)a->x_rs * 2 : ((uint64_t)a->k * 2 + 15) & ~15ull};
-  const uint32_t xbox[3] = {KILN_WA16_TMA_UNIT_K, KILN_WA16_TMA_UNITS, (uint32_t)a->m};
+  const uint32_t xbox[3] = {KILN_WA16_TMA_UNIT_K, KILN_WA16_TMA_UNITS, (uint32_t)args.x_rows};
   const int xtype = a->x_dtype == KILN_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   kiln_status st = kiln_tma_map(ctx, op, xtype, 3, a->x, xdims, xstride, xbox, CU_TENSOR_MAP_SWIZZLE_NONE, &xmap);
-  int64_t tiles = 0; /* 32 columns each, projection after projection */
+  const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
+  const int cols = int8 ? wa8_tile_cols(a, sms) : 32, t = cols / 16; /* t: the kernel's MMA tiles */
+  const int64_t tiles = tiles_of(a, cols) * args.row_tiles;
   for (int i = 0; i < 3 && !st; i++) {
     const kiln_qkv_proj *p = &a->proj[i];
     if (p->n == 0) continue;
-    tiles += (p->n + 31) / 32;
+    if (int8) {
+      /* [K / 128][2t][N / 2t][128] bytes, so that the box [8][2t][8][128] of a stage puts the
+       * tile's column 2t·h + l (h < 8, l < 2t) in row 8l + h of each 128 k: 128-byte swizzled
+       * rows whose 16-byte chunks a warp then reads without bank conflicts
+       * (kernels/wa16_decode_sm90.cu) */
+      const uint64_t cs = (uint64_t)p->w_cs;
+      const uint64_t dims[4] = {128, (uint64_t)(p->n / (2 * t)), (uint64_t)(2 * t), (uint64_t)a->k / 128},
+                     strides[3] = {(uint64_t)(2 * t) * cs, cs, 128};
+      const uint32_t box[4] = {128, 8, (uint32_t)(2 * t), KILN_WA16_TMA_STAGE_K / 128};
+      if ((st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, p->w, dims, strides, box,
+                             CU_TENSOR_MAP_SWIZZLE_128B, &maps[i])))
+        break;
+      continue;
+    }
     const uint64_t n = (uint64_t)p->n, words = (uint64_t)a->k / 8, groups = (uint64_t)(a->k / p->group);
     const int32_t gr = args.group_rows[i] = tma_group_rows(p->group);
     const uint64_t cdims[2] = {n, words}, cstride[1] = {n * 4}, sdims[2] = {n, groups}, sstride[1] = {n * 2},
@@ -89,15 +145,17 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
    * consumers each, 96 registers) when there are more tiles than SMs, so one block's ramp
    * overlaps the other's stream; else one block per tile with 16 consumers. The ring: as many
    * slots as the block has stages, up to ~100 KB of shared memory a block for two, ~200 KB for
-   * one, less the tiles' reduction buffers. */
-  const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
-  const bool two_per_sm = KILN_WA16_TMA_TWO_PER_SM && tiles > sms;
+   * one, less the tiles' reduction buffers. int8's 16-column tiles: one block per SM, which then
+   * streams the fewest columns (wa8_tile_cols). */
+  const int64_t slot = int8 ? KILN_WA8_TMA_SLOT_BYTES(args.x_rows, t) : KILN_WA16_TMA_SLOT_BYTES(args.x_rows);
+  const int64_t two_ring = (100 * 1024 - KILN_WA16_TMA_RING_AT(8)) / slot; /* a ring of two blocks per SM */
+  const bool two_per_sm = (cols == 32 ? KILN_WA16_TMA_TWO_PER_SM : KILN_WA8_TMA_N16 == 2) && tiles > sms &&
+                          two_ring >= 2; /* int8 at M = 8: 48 KB slots, one block of 3 per SM, not 4 consumers on 1 */
   const int64_t grid = tiles < sms * (two_per_sm ? 2 : 1) ? tiles : sms * (two_per_sm ? 2 : 1);
   int consumers = two_per_sm ? 8 : KILN_WA16_TMA_MAX_WARPS - 1;
   const int64_t stages = ((int64_t)a->k + KILN_WA16_TMA_STAGE_K - 1) / KILN_WA16_TMA_STAGE_K;
   const int64_t streamed = stages * ((tiles + grid - 1) / grid); /* by the block with the most tiles */
-  const int64_t slot = KILN_WA16_TMA_SLOT_BYTES(args.x_rows);
-  int64_t ring = ((two_per_sm ? 100 : 200) * 1024 - KILN_WA16_TMA_RED_BYTES(consumers)) / slot;
+  int64_t ring = two_per_sm ? two_ring : (200 * 1024 - KILN_WA16_TMA_RING_AT(consumers)) / slot;
   if (ring < 1) ring = 1;
   if (ring > streamed) ring = streamed;
   if (ring > KILN_WA16_TMA_RING) ring = KILN_WA16_TMA_RING;
@@ -112,9 +170,12 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
       ring -= ring % step;
   }
   args.ring = (int32_t)ring, args.tiles = (int32_t)tiles;
-  const unsigned smem = (unsigned)(128 + KILN_WA16_TMA_BAR_BYTES + KILN_WA16_TMA_RED_BYTES(consumers) + ring * slot);
+  const unsigned smem = (unsigned)(1024 + KILN_WA16_TMA_RING_AT(consumers) + ring * slot); /* 1024: alignment */
   void *params[] = {&args, &xmap, maps};
-  const kiln_kernel_id kernel = a->x_dtype == KILN_DT_BF16 ? KILN_K_W4A16_TMA_BF16 : KILN_K_W4A16_TMA_F16;
+  static const kiln_kernel_id kernels[3][2] = {{KILN_K_W4A16_TMA_F16, KILN_K_W4A16_TMA_BF16},
+                                               {KILN_K_W8A16_TMA_F16, KILN_K_W8A16_TMA_BF16},
+                                               {KILN_K_W8A16_TMA_F16_N16, KILN_K_W8A16_TMA_BF16_N16}};
+  const kiln_kernel_id kernel = kernels[int8 ? (cols == 16 ? 2 : 1) : 0][a->x_dtype == KILN_DT_BF16];
   return kiln_launch(ctx, kernel, (unsigned)grid, 1, 1, (unsigned)(32 * (consumers + 1)), smem, stream, params, op);
 }
 
@@ -123,7 +184,7 @@ static kiln_status wa16_gpu(const kiln_context *ctx, const char *op, const kiln_
                             CUstream stream) {
   if (a->algo == KILN_QKV_PREFILL) /* PREFILL runs kiln_matmul (qkv_project.c, matmul_int4.c), never this */
     return kiln_fail(KILN_ERROR_INTERNAL, "%s: internal error: PREFILL reached the DECODE kernels", op);
-  if (!int8 && tma_fits(ctx, a)) return wa16_tma(ctx, op, a, stream);
+  if (tma_fits(ctx, a, int8)) return wa16_tma(ctx, op, a, int8, stream);
   int64_t blocks = 0; /* 32 columns each, projection after projection */
   for (int i = 0; i < 3; i++) blocks += (a->proj[i].n + 31) / 32;
   const bool m16 = a->m > 8; /* rows of x per block: 8 (decode) or 16 */
