@@ -20,6 +20,8 @@
 #   a cluster of blocks, chosen per shape) and split1 / split2 / split4 (forced): measured slower.
 #   one-per-sm: main's kernel in one 17-warp block per SM whatever the grid (measured at 6091f47,
 #   before v15's persistent blocks: slower; again on v15's: see performance.md, "v15").
+#   w8-*: the int8 (W8A16) TMA path's switches, and w8-before its sm_80 kernel (performance.md,
+#   "W8A16 on sm_90a"); probe: main's TMA kernels with consumers that only wait and release.
 set -u
 if [ "${1:-}" = build ]; then
   shift
@@ -44,6 +46,14 @@ if [ "${1:-}" = build ]; then
   for n in 1 2 4; do ladder_step wa16 split$n "KILN_WA16_TMA_SPLIT=$n" 9c0b809 scripts/rungs/wa16-split-k.patch; done
   # main's kernel with one block of 16 consumers per SM on every grid
   ladder_step wa16 one-per-sm "KILN_WA16_TMA_TWO_PER_SM=0" .
+  # W8A16 on sm_90a (performance.md, "W8A16 on sm_90a"): the sm_80 int8 kernel before it, int8's
+  # 32-column tiles only, 16-column tiles in two blocks per SM, int8 M 9..16 on the sm_80 kernel,
+  # and the copies alone
+  ladder_step wa16 w8-before "" 6aaf2d0
+  ladder_step wa16 w8-n32 "KILN_WA8_TMA_N16=0" .
+  ladder_step wa16 w8-n16-two "KILN_WA8_TMA_N16=2" .
+  ladder_step wa16 w8-m8only "KILN_WA16_TMA_M16=0" .
+  ladder_step wa16 probe "KILN_WA16_TMA_PROBE=1" .
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
@@ -59,6 +69,8 @@ for b in "$@"; do
   grep -E "^matmul_int4 M(1|16)K(8192|28672)" "$OUT/int4-$n.txt"
   timeout 100 "$b/tools/kiln-bench" qkv --quick >"$OUT/qkv-$n.txt" 2>&1
   grep -E "^qkv" "$OUT/qkv-$n.txt" | grep -v M512
+  for m in 1 16; do timeout 60 "$b/tools/kiln-bench" qkv --only int8 --m $m >>"$OUT/qkv8-$n.txt" 2>&1; done
+  grep -E "^qkv" "$OUT/qkv8-$n.txt"
   last=$b
 done
 if [ -n "$last" ] && command -v ncu >/dev/null; then
