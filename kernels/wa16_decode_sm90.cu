@@ -92,8 +92,23 @@ constexpr int X_AT = KILN_WA16_TMA_X_AT;
 
 KILN_DEVICE uint4 lds128(const uint8_t *p) { return *reinterpret_cast<const uint4 *>(p); }
 
-/* The consumers' loop: unit u (K from 256 u; stage u / UNITS, quarter q = u % UNITS of it) goes
- * to warp u % consumers. A piece (the chunks that share one group row) is 1 << PS chunks: 1, 2,
+/* A consumer warp's walk over its units: unit u (K from 256 u; stage u / UNITS of the block's
+ * stream from stage gs0, quarter q = u % UNITS of it) goes to warp u % consumers, which waits for
+ * its slot, runs body(the slot's bytes, q) (not in the probe) and releases it (UNITS releases
+ * free a slot). */
+template <class Body>
+KILN_DEVICE void for_units(const uint8_t *slots, uint64_t *full, uint64_t *empty, int ring, int slot_bytes,
+                           int stages, int u0, int gs0, int consumers, Body body) {
+  for (int u = u0; u < stages * UNITS; u += consumers) {
+    const int s = gs0 + u / UNITS, slot = s % ring; /* s: the block's stage count */
+    sm90::mbar_wait(&full[slot], (s / ring) & 1);
+    if (!KILN_WA16_TMA_PROBE) body(slots + slot * slot_bytes, u % UNITS);
+    __syncwarp(); /* every lane's reads of the unit are done (their values fed the MMAs) */
+    if (threadIdx.x % 32 == 0) sm90::mbar_arrive(&empty[slot]);
+  }
+}
+
+/* The consumers' loop (for_units), int4. A piece (the chunks that share one group row) is 1 << PS chunks: 1, 2,
  * 4 for G = 32, 64, 128, the whole unit (PS = 3) otherwise. Compile-time, so the loop holds no
  * group tests. acc: the warp's [8 rows of x][32 columns] in mma.sync's D layout (store_block). */
 template <bool BF16, int PS>
@@ -109,15 +124,7 @@ KILN_DEVICE void consume(float (&acc)[1][2][4], const uint8_t *slots, uint64_t *
   /* the piece's sums (two independent MMA chains per tile, one per k16 step, measured no gain in
    * v12 and cost 8 registers) */
   float part[2][4];
-  for (int u = u0; u < stages * UNITS; u += consumers) {
-    const int s = gs0 + u / UNITS, q = u % UNITS, slot = s % ring; /* s: the block's stage count */
-    sm90::mbar_wait(&full[slot], (s / ring) & 1);
-    if (KILN_WA16_TMA_PROBE) {
-      __syncwarp();
-      if (lane == 0) sm90::mbar_arrive(&empty[slot]);
-      continue;
-    }
-    const uint8_t *st = slots + slot * slot_bytes;
+  for_units(slots, full, empty, ring, slot_bytes, stages, u0, gs0, consumers, [&](const uint8_t *st, int q) {
     const uint8_t *codes = st + q * (UK / 8) * COLS * 4; /* the unit's 32 word rows */
     const uint8_t *xq = st + q * UK * 2 + x_at;          /* the unit's x, this lane's row */
     const int grow = group_rows == 1 ? 0 : q * UK / group; /* the unit's first group row */
@@ -156,9 +163,7 @@ KILN_DEVICE void consume(float (&acc)[1][2][4], const uint8_t *slots, uint64_t *
 #pragma unroll
           for (int e = 0; e < 4; e++) acc[0][t][e] += part[t][e] * f.scale(2 * t + e / 2);
     }
-    __syncwarp(); /* every lane's reads of the unit are done (their values fed the MMAs) */
-    if (lane == 0) sm90::mbar_arrive(&empty[slot]);
-  }
+  });
 }
 
 /* int8 weights (column-major: each column's k contiguous), the consumers' loop, for tiles of
@@ -178,15 +183,7 @@ KILN_DEVICE void consume_w8(float (&acc)[1][T][4], const uint8_t *slots, uint64_
   constexpr int ROWS = 16 * T; /* of 128 bytes, per 128 k */
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int x_at = ROWS * SK + min(g, x_rows - 1) * SK * 2; /* rows past M: as in consume */
-  for (int u = u0; u < stages * UNITS; u += consumers) {
-    const int s = gs0 + u / UNITS, q = u % UNITS, slot = s % ring;
-    sm90::mbar_wait(&full[slot], (s / ring) & 1);
-    if (KILN_WA16_TMA_PROBE) {
-      __syncwarp();
-      if (lane == 0) sm90::mbar_arrive(&empty[slot]);
-      continue;
-    }
-    const uint8_t *st = slots + slot * slot_bytes;
+  for_units(slots, full, empty, ring, slot_bytes, stages, u0, gs0, consumers, [&](const uint8_t *st, int q) {
 #pragma unroll
     for (int b = 0; b < UK / 128; b++) {
       const uint8_t *rows = st + (q * (UK / 128) + b) * ROWS * 128 + g * 128; /* row 8i + g at + i·1024 */
@@ -219,9 +216,7 @@ KILN_DEVICE void consume_w8(float (&acc)[1][T][4], const uint8_t *slots, uint64_
         }
       }
     }
-    __syncwarp(); /* every lane's reads of the unit are done */
-    if (lane == 0) sm90::mbar_arrive(&empty[slot]);
-  }
+  });
 }
 
 /* I8: int8 column-major weights in tiles of 16·T columns (one copy of the weight a stage,
