@@ -99,6 +99,11 @@ KILN_DEVICE void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int 
         "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
         : "memory");
 }
+/* Programmatic dependent launch (kiln_launch_dependent): the next kernel on the stream may start
+ * launching once every block of this one has executed launch_dependents (or ended); wait blocks
+ * the thread until the previous kernel has ended and its writes are visible. */
+KILN_DEVICE void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+KILN_DEVICE void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 /* Fetches a TMA descriptor into the descriptor cache ahead of its first copy. */
 KILN_DEVICE void tma_prefetch(const CUtensorMap *map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");

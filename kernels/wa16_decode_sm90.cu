@@ -240,19 +240,27 @@ KILN_DEVICE void tma_decode(const kiln_wa16_tma_args &ta, const CUtensorMap *xma
   uint8_t *slots = smem + KILN_WA16_TMA_RING_AT(consumers);
 
   if (threadIdx.x == 0) sm90::ring_init(full, empty, ring, UNITS); /* empty: one arrival per unit */
+  /* Launched as a programmatic dependent (wa16_gpu.c): the next kernel may start launching now,
+   * taking SMs as this grid's blocks leave them (this grid is one resident wave, so it cannot
+   * crowd out blocks of ours); this block's prologue overlapped the previous kernel's end, and
+   * nothing here touches global memory before that kernel has ended. (Without the launch
+   * attribute both are no-ops.) */
+  if (threadIdx.x == 0) sm90::pdl_launch_dependents();
+  if (warp == consumers && lane == 0) { /* the descriptors' first fetch (kernel parameters: no wait) */
+    sm90::tma_prefetch(xmap);
+    for (int i = 0; i < 3; i++) {
+      sm90::tma_prefetch(&maps.codes[i]);
+      if (!I8) sm90::tma_prefetch(&maps.scales[i]), sm90::tma_prefetch(&maps.zeros[i]);
+    }
+  }
   __syncthreads();
+  sm90::pdl_wait();
 
   /* Persistent: block b streams tiles b, b + gridDim.x, ... through one ring, so the copies of a
    * tile's first stages overlap the consumers' last units of the one before and each block pays
    * its ramp once. Stages are counted over the block's whole stream (slot and parity). */
   if (warp == consumers) { /* the producer: one thread, four (int8: two) copies a stage */
     if (lane == 0) {
-      /* the descriptors' first fetch, ahead of the first copies */
-      sm90::tma_prefetch(xmap);
-      for (int i = 0; i < 3; i++) {
-        sm90::tma_prefetch(&maps.codes[i]);
-        if (!I8) sm90::tma_prefetch(&maps.scales[i]), sm90::tma_prefetch(&maps.zeros[i]);
-      }
       int gs = 0;
       for (int tile = blockIdx.x; tile < ta.tiles; tile += gridDim.x) {
         int blk = tile / ta.row_tiles;

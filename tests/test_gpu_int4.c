@@ -61,6 +61,11 @@ static void gmat_up(gmat *g, const tmat *m) {
   g->t.device = (DLDevice){kDLCUDA, 0};
 }
 static void gmat_down(gmat *g, tmat *m) { download(m->buf, g->dev, (size_t)m->total * m->elem); }
+static void upload_into(gmat *g, const tmat *m) { /* the same bytes again (g->dev: 1-D u8) */
+  const int64_t n = (int64_t)m->total * m->elem;
+  test_tensor h = test_host_tensor(m->buf, U8, 1, &n);
+  assert_kiln_ok(kiln_tensor_copy(g_ctx, test_dl(&h), &g->dev->dl_tensor, g_stream));
+}
 
 typedef struct gweight {
   kiln_qweight q;
@@ -263,6 +268,43 @@ static void rerun_identical(int64_t M, int64_t K, int64_t N, int64_t G, DLDataTy
   free(first);
   kiln_tensor_free(gx.dev), kiln_tensor_free(gy.dev), gweight_free(&gw);
   tm_free(&x), tm_free(&y), tq_free(&w);
+}
+
+/* Kernels that read what the one before them on the stream wrote, and overwrite what it read:
+ * on sm_90a the TMA decode kernel launches as a programmatic dependent of the stream's previous
+ * kernel (its launch and prologue overlap that kernel's end), so it must neither read x nor write
+ * y before that kernel has ended. y1 = x·W1, then x = y1·W2 over the x the first call reads, with
+ * no synchronization between them; three rounds, each checked (y1 against the x it read, the new
+ * x against the y1 it read). */
+static void dependent_chain(void **state) {
+  (void)state;
+  const int64_t M = 4, K = 2048;
+  tq w1, w2;
+  tq_make(&w1, K, K, 128, 0, 0), tq_make(&w2, K, K, 64, 1, 0);
+  tmat x, y1;
+  tm_compact(&x, TEST_F16, 2, 1, M, K), tm_compact(&y1, TEST_F16, 2, 1, M, K);
+  tm_fill(&x), tm_poison(&y1);
+  gmat gx, gy1;
+  gweight gw1, gw2;
+  gmat_up(&gx, &x), gmat_up(&gy1, &y1), gweight_up(&gw1, &w1.q), gweight_up(&gw2, &w2.q);
+  double *wd1 = tq_dequant(&w1.q), *wd2 = tq_dequant(&w2.q);
+  int failures = 0;
+  for (int round = 0; round < 3; round++) {
+    double *ref1, *mag1, *ref2, *mag2; /* mag: inside ref's allocation */
+    if (round) tm_fill(&x), upload_into(&gx, &x); /* fresh x (the chain's values grow ~15x a product) */
+    w16_reference(&x, wd1, NULL, K, NULL, &ref1, &mag1); /* x as the first call reads it */
+    assert_kiln_ok(kiln_matmul_int4(g_ctx, &gx.t, &gw1.q, &gy1.t, NULL, g_stream));
+    assert_kiln_ok(kiln_matmul_int4(g_ctx, &gy1.t, &gw2.q, &gx.t, NULL, g_stream));
+    gmat_down(&gy1, &y1), gmat_down(&gx, &x);
+    w16_reference(&y1, wd2, NULL, K, NULL, &ref2, &mag2);
+    failures += !check(&y1, ref1, mag1, K, "dependent chain: y1 = x·W1");
+    failures += !check(&x, ref2, mag2, K, "dependent chain: x = y1·W2, over x");
+    free(ref1), free(ref2);
+  }
+  free(wd1), free(wd2);
+  kiln_tensor_free(gx.dev), kiln_tensor_free(gy1.dev), gweight_free(&gw1), gweight_free(&gw2);
+  tm_free(&x), tm_free(&y1), tq_free(&w1), tq_free(&w2);
+  if (failures) fail_msg("%d of 6 chained products failed (listed above)", failures);
 }
 
 /* M <= 8 with K a multiple of 128, N of 32, G in {32, 64, 128}, no act-order and x row-major
@@ -750,7 +792,7 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(groups_dtypes),  cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
-      cmocka_unit_test(aligned_decode), cmocka_unit_test(decode_edges),        cmocka_unit_test(qkv_fused),
+      cmocka_unit_test(aligned_decode), cmocka_unit_test(decode_edges),        cmocka_unit_test(dependent_chain),        cmocka_unit_test(qkv_fused),
       cmocka_unit_test(qkv_fused_aligned), cmocka_unit_test(qkv_prefill),
       cmocka_unit_test(qkv_prefill_merged), cmocka_unit_test(qkv_int8),        cmocka_unit_test(qkv_int8_tma),
       cmocka_unit_test(qkv_int8_prefill),

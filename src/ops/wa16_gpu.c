@@ -43,6 +43,12 @@
 #define KILN_WA8_TMA_N16 1
 #endif
 
+/* Tuning (KILN_TUNE_DEFS): 0 launches the TMA kernel after the stream's previous kernel has ended,
+ * 1 as its programmatic dependent (its launch and prologue overlap that kernel's end) */
+#ifndef KILN_WA16_TMA_PDL
+#define KILN_WA16_TMA_PDL 1
+#endif
+
 static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
 static int64_t tiles_of(const kiln_qkv_args *a, int cols) {
@@ -176,7 +182,9 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
                                                {KILN_K_W8A16_TMA_F16, KILN_K_W8A16_TMA_BF16},
                                                {KILN_K_W8A16_TMA_F16_N16, KILN_K_W8A16_TMA_BF16_N16}};
   const kiln_kernel_id kernel = kernels[int8 ? (cols == 16 ? 2 : 1) : 0][a->x_dtype == KILN_DT_BF16];
-  return kiln_launch(ctx, kernel, (unsigned)grid, 1, 1, (unsigned)(32 * (consumers + 1)), smem, stream, params, op);
+  const unsigned threads = (unsigned)(32 * (consumers + 1));
+  if (KILN_WA16_TMA_PDL) return kiln_launch_dependent(ctx, kernel, (unsigned)grid, threads, smem, stream, params, op);
+  return kiln_launch(ctx, kernel, (unsigned)grid, 1, 1, threads, smem, stream, params, op);
 }
 
 /* int8: the three weights are int8 [k, n] (w, scale); else kiln_qweights (codes, scales, ...). */

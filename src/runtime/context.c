@@ -239,18 +239,30 @@ void kiln_ctx_leave(const kiln_context *ctx, kiln_ctx_scope *scope) {
   }
 }
 
+static kiln_status launch_result(const kiln_context *ctx, CUresult r, const char *who, const char *call) {
+  if (r == CUDA_SUCCESS) return KILN_OK;
+  kiln_status st = kiln_cuda_fail(ctx->cu, r, who, call);
+  if (r == CUDA_ERROR_INVALID_HANDLE) {
+    char cause[512];
+    snprintf(cause, sizeof cause, "%s", kiln_last_error());
+    return kiln_fail(st, "%s; is the stream valid and of this context's device (%s, ordinal %d)?", cause,
+                     ctx->info.name, ctx->ordinal);
+  }
+  return st;
+}
+
 kiln_status kiln_launch(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned gy, unsigned gz,
                         unsigned block, unsigned smem_bytes, CUstream stream, void **args, const char *who) {
-  CUresult r = ctx->cu->cuLaunchKernel(ctx->fn[id], gx, gy, gz, block, 1, 1, smem_bytes, stream, args, NULL);
-  if (r != CUDA_SUCCESS) {
-    kiln_status st = kiln_cuda_fail(ctx->cu, r, who, "cuLaunchKernel");
-    if (r == CUDA_ERROR_INVALID_HANDLE) {
-      char cause[512];
-      snprintf(cause, sizeof cause, "%s", kiln_last_error());
-      return kiln_fail(st, "%s; is the stream valid and of this context's device (%s, ordinal %d)?", cause,
-                       ctx->info.name, ctx->ordinal);
-    }
-    return st;
-  }
-  return KILN_OK;
+  return launch_result(
+      ctx, ctx->cu->cuLaunchKernel(ctx->fn[id], gx, gy, gz, block, 1, 1, smem_bytes, stream, args, NULL), who,
+      "cuLaunchKernel");
+}
+
+kiln_status kiln_launch_dependent(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned block,
+                                  unsigned smem_bytes, CUstream stream, void **args, const char *who) {
+  kiln_launch_attr attr = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, .value.allowed = 1};
+  const CUlaunchConfig cfg = {.gridDimX = gx, .gridDimY = 1, .gridDimZ = 1, .blockDimX = block, .blockDimY = 1,
+                              .blockDimZ = 1, .sharedMemBytes = smem_bytes, .hStream = stream, .attrs = &attr,
+                              .numAttrs = 1};
+  return launch_result(ctx, ctx->cu->cuLaunchKernelEx(&cfg, ctx->fn[id], args, NULL), who, "cuLaunchKernelEx");
 }

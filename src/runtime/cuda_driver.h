@@ -82,8 +82,9 @@ enum {
   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0, /* out-of-bounds elements read as zero */
 };
 
-/* cuLaunchKernelEx's launch configuration (CUDA 12); kiln passes no attributes (its cluster
- * kernels carry their cluster shape), only for the occupancy query below. */
+/* cuLaunchKernelEx's launch configuration (CUDA 12): for the occupancy query below (no
+ * attributes: the cluster kernels carry their cluster shape), and for launches as a programmatic
+ * dependent of the stream's previous kernel (kiln_launch_dependent). */
 typedef struct CUlaunchConfig {
   unsigned int gridDimX, gridDimY, gridDimZ;
   unsigned int blockDimX, blockDimY, blockDimZ;
@@ -92,6 +93,18 @@ typedef struct CUlaunchConfig {
   void *attrs;
   unsigned int numAttrs;
 } CUlaunchConfig;
+
+/* CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value (here one int: programmatic
+ * stream serialization allowed). */
+enum { CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+typedef struct kiln_launch_attr {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int allowed;
+  } value;
+} kiln_launch_attr;
 
 /* Every driver function kiln calls: X(name, return, parameter list). The table is filled once by
  * kiln_cuda_load(); a missing entry point makes the whole driver unusable (KILN_ERROR_NO_DRIVER). */
@@ -135,6 +148,7 @@ typedef struct CUlaunchConfig {
   X(cuEventSynchronize, (CUevent event))                                                                \
   X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end))                                        \
   X(cuEventDestroy, (CUevent event))                                                                    \
+  X(cuLaunchKernelEx, (const CUlaunchConfig *config, CUfunction fn, void **params, void **extra))        \
   X(cuOccupancyMaxActiveClusters, (int *clusters, CUfunction fn, const CUlaunchConfig *config))         \
   X(cuTensorMapEncodeTiled, (kiln_tensor_map * map, int dtype, uint32_t rank, void *address,             \
                              const uint64_t *dims, const uint64_t *strides, const uint32_t *box,          \

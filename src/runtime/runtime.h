@@ -60,6 +60,12 @@ void kiln_ctx_leave(const kiln_context *ctx, kiln_ctx_scope *scope);
  * to each parameter). The caller has entered the context. */
 kiln_status kiln_launch(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned gy, unsigned gz,
                         unsigned block, unsigned smem_bytes, CUstream stream, void **args, const char *who);
+/* The same over gx blocks as a programmatic dependent of the stream's previous kernel (sm_90+): it
+ * may start while that kernel ends, so the kernel must execute griddepcontrol.wait before any
+ * access to global memory (sm90::pdl_wait), and may let the next one start early
+ * (sm90::pdl_launch_dependents). */
+kiln_status kiln_launch_dependent(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned block,
+                                  unsigned smem_bytes, CUstream stream, void **args, const char *who);
 
 /* The embedded fatbins, one per kernels/NAME.cu file, in the assembler file and table that CMake
  * generates (build/kernel_images.S, build/kernel_images.c); none when built without nvcc. */

@@ -336,6 +336,27 @@ static CUresult fake_launch(void *fn, unsigned gx, unsigned gy, unsigned gz, uns
                             unsigned smem, void *stream, void **params, void **extra) {
   LOCKED(launch(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra));
 }
+/* cuLaunchKernelEx's configuration and its attributes (kiln sends at most programmatic stream
+ * serialization, id 6, value 0 or 1) */
+typedef struct {
+  unsigned gx, gy, gz, bx, by, bz, smem;
+  void *stream;
+  const struct {
+    int id;
+    char pad[4];
+    int value[16];
+  } *attrs;
+  unsigned n_attrs;
+} launch_config;
+static CUresult launch_ex(const launch_config *c, void *fn, void **params, void **extra) {
+  if (!c || (c->n_attrs && !c->attrs)) return E_INVALID_VALUE;
+  for (unsigned i = 0; i < c->n_attrs; i++)
+    if (c->attrs[i].id != 6 || (c->attrs[i].value[0] != 0 && c->attrs[i].value[0] != 1)) return E_INVALID_VALUE;
+  return launch(fn, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->smem, c->stream, params, extra);
+}
+static CUresult fake_launch_ex(const launch_config *c, void *fn, void **params, void **extra) {
+  LOCKED(launch_ex(c, fn, params, extra));
+}
 
 static CUresult mem_alloc(uint64_t *ptr, size_t bytes) {
   CUresult r = need_context();
@@ -525,6 +546,7 @@ static const struct {
     {"cuEventSynchronize", (void *)fake_event_synchronize},
     {"cuEventElapsedTime", (void *)fake_event_elapsed},
     {"cuEventDestroy", (void *)fake_event_destroy},
+    {"cuLaunchKernelEx", (void *)fake_launch_ex},
     {"cuOccupancyMaxActiveClusters", (void *)fake_occupancy_clusters},
     {"cuTensorMapEncodeTiled", (void *)fake_tensor_map_encode},
 };
