@@ -247,10 +247,15 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
 
   if (threadIdx.x == 0) /* a stage is refilled once every consumer of the cluster is done */
     ring_init(full, empty, STAGES, CONSUMERS * CLUSTER);
+  /* Launched as a programmatic dependent (single CTAs, kiln_wgmma_launch): the next kernel may
+   * start launching now (the grid is one resident wave), and no thread touches global memory
+   * before the previous kernel has ended. No-ops without the launch attribute. */
+  if (threadIdx.x == 0) pdl_launch_dependents();
   if (CLUSTER > 1)
     cluster_sync(); /* the peer's barriers are initialized before any multicast or remote arrive */
   else
     __syncthreads();
+  pdl_wait();
 
   /* Both roles walk the same (tile, k slice) sequence; `it` counts slices across tiles, so
    * stage it % STAGES and its barrier phase (it / STAGES) & 1 match on both sides. */

@@ -57,6 +57,12 @@ static kiln_status operand_map(const kiln_context *ctx, const char *op, const ch
   return kiln_tma_map(ctx, op, type, rank, m->data, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, map);
 }
 
+/* Tuning (KILN_TUNE_DEFS): 0 launches the WGMMA kernels after the stream's previous kernel has
+ * ended, 1 as its programmatic dependent */
+#ifndef KILN_WGMMA_PDL
+#define KILN_WGMMA_PDL 1
+#endif
+
 /* The widest tile whose 128-row tiles still give enough blocks. 128 x 256 tiles load the fewest
  * bytes per FLOP, but at 1024^3 they are 32 blocks for 132 SMs; 128 x 64 tiles make it 128.
  * "Enough" is half the SMs, or a fifth when M <= 64: then the A tile is mostly TMA's
@@ -87,6 +93,12 @@ kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kern
   /* persistent grid: one block (or pair) per work item up to what is resident at once */
   const int64_t slots = pair ? ctx->wg_pair_clusters : (ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
   const int64_t grid = (items < slots ? items : slots) * (pair ? 2 : 1);
+  /* single CTAs as programmatic dependents of the stream's previous kernel: their launch and
+   * barrier setup overlap its end (the kernel waits before touching memory; pairs carry their
+   * cluster shape and launch plainly) */
+  if (KILN_WGMMA_PDL && !pair)
+    return kiln_launch_dependent(ctx, kernel, (unsigned)grid, KILN_GEMM_WG_THREADS, KILN_GEMM_WG_SMEM_BYTES(bn),
+                                 stream, params, op);
   return kiln_launch(ctx, kernel, (unsigned)grid, 1, 1, KILN_GEMM_WG_THREADS, KILN_GEMM_WG_SMEM_BYTES(bn), stream,
                      params, op);
 }
