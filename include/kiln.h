@@ -12,6 +12,9 @@
  *   - Ops only enqueue work on the caller's stream (NULL = the legacy default stream). They never
  *     synchronize the host, allocate device memory or load modules. Outputs and workspace are the
  *     caller's. On the CPU context ops run synchronously on the calling thread; stream is ignored.
+ *     Stream order holds as for any kernel: on sm_90 some kernels (the W4A16 / W8A16 decode and
+ *     WGMMA GEMM kernels) launch as programmatic dependents of the stream's previous kernel, so
+ *     their setup overlaps its end, but they touch no memory before it has ended.
  *   - A kiln_context may be used from several threads at once.
  */
 #ifndef KILN_H
