@@ -155,8 +155,10 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
    * streams the fewest columns (wa8_tile_cols). */
   const int64_t slot = int8 ? KILN_WA8_TMA_SLOT_BYTES(args.x_rows, t) : KILN_WA16_TMA_SLOT_BYTES(args.x_rows);
   const int64_t two_ring = (100 * 1024 - KILN_WA16_TMA_RING_AT(8)) / slot; /* a ring of two blocks per SM */
-  const bool two_per_sm = (cols == 32 ? KILN_WA16_TMA_TWO_PER_SM : KILN_WA8_TMA_N16 == 2) && tiles > sms &&
-                          two_ring >= 2; /* int8 at M = 8: 48 KB slots, one block of 3 per SM, not 4 consumers on 1 */
+  /* two per SM only with at least two slots each (int8 at M = 8, 48 KB slots: one block per SM
+   * with a 3-slot ring and 12 consumers, rather than 4 consumers on a 1-slot ring) */
+  const bool two_per_sm =
+      (cols == 32 ? KILN_WA16_TMA_TWO_PER_SM : KILN_WA8_TMA_N16 == 2) && tiles > sms && two_ring >= 2;
   const int64_t grid = tiles < sms * (two_per_sm ? 2 : 1) ? tiles : sms * (two_per_sm ? 2 : 1);
   int consumers = two_per_sm ? 8 : KILN_WA16_TMA_MAX_WARPS - 1;
   const int64_t stages = ((int64_t)a->k + KILN_WA16_TMA_STAGE_K - 1) / KILN_WA16_TMA_STAGE_K;
