@@ -56,8 +56,8 @@
  * of 32 up to 96). M 9..16 runs as two tiles of 8 rows of x per column tile, adjacent in the
  * blocks' order, so the second pass mostly reads the weight from L2 (int4's M 9..16 stays on
  * the sm_80 kernel, which this lost to). Measured (docs/performance.md, "W8A16 on sm_90a"): the
- * fused QKV at M = 1 1.51-1.74x cuBLAS f16 (1.6-1.9x the sm_80 kernel), 52-74 % of the copy
- * bandwidth; the copies alone run 7-15 % faster.
+ * fused QKV at M = 1 1.58-1.71x cuBLAS f16 (1.6-1.9x the sm_80 kernel), 53-73 % of the copy
+ * bandwidth (with the dependent launch below); the copies alone run 7-15 % faster.
  *
  * Edges come from TMA: columns past N, rows of codes past K / 8, group rows past K / G and x
  * beyond K or M are filled with zeros, and a zero x times any finite weight adds nothing. The
@@ -108,9 +108,10 @@ KILN_DEVICE void for_units(const uint8_t *slots, uint64_t *full, uint64_t *empty
   }
 }
 
-/* The consumers' loop (for_units), int4. A piece (the chunks that share one group row) is 1 << PS chunks: 1, 2,
- * 4 for G = 32, 64, 128, the whole unit (PS = 3) otherwise. Compile-time, so the loop holds no
- * group tests. acc: the warp's [8 rows of x][32 columns] in mma.sync's D layout (store_block). */
+/* The consumers' loop (for_units), int4. A piece (the chunks that share one group row) is
+ * 1 << PS chunks: 1, 2, 4 for G = 32, 64, 128, the whole unit (PS = 3) otherwise. Compile-time,
+ * so the loop holds no group tests. acc: the warp's [8 rows of x][32 columns] in mma.sync's D
+ * layout (store_block). */
 template <bool BF16, int PS>
 KILN_DEVICE void consume(float (&acc)[1][2][4], const uint8_t *slots, uint64_t *full, uint64_t *empty, int ring,
                          int slot_bytes, int stages, int x_rows, int group, int group_rows, int u0, int gs0,
@@ -319,7 +320,7 @@ KILN_DEVICE void tma_decode(const kiln_wa16_tma_args &ta, const CUtensorMap *xma
     /* the reduction buffer of this tile's parity: every thread that read it for tile it - 2 has
      * since reached tile it - 1's barrier (in store_block), which everyone here has passed */
     store_block<false, T>(acc, red + (it & 1) * consumers * 8 * 32, warp, consumers, threadIdx.x, consumers * 32,
-                       consumers_sync, a, p, m0, base, I8);
+                          consumers_sync, a, p, m0, base, I8);
   }
 }
 #endif

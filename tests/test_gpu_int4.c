@@ -791,12 +791,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(groups_dtypes),  cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
-      cmocka_unit_test(aligned_decode), cmocka_unit_test(decode_edges),        cmocka_unit_test(dependent_chain),        cmocka_unit_test(qkv_fused),
-      cmocka_unit_test(qkv_fused_aligned), cmocka_unit_test(qkv_prefill),
-      cmocka_unit_test(qkv_prefill_merged), cmocka_unit_test(qkv_int8),        cmocka_unit_test(qkv_int8_tma),
-      cmocka_unit_test(qkv_int8_prefill),
-      cmocka_unit_test(deterministic),  cmocka_unit_test(prefill),             cmocka_unit_test(refusals),
+      cmocka_unit_test(groups_dtypes), cmocka_unit_test(ragged_layouts_perm), cmocka_unit_test(decode_layer),
+      cmocka_unit_test(aligned_decode), cmocka_unit_test(decode_edges), cmocka_unit_test(dependent_chain),
+      cmocka_unit_test(qkv_fused), cmocka_unit_test(qkv_fused_aligned), cmocka_unit_test(qkv_prefill),
+      cmocka_unit_test(qkv_prefill_merged), cmocka_unit_test(qkv_int8), cmocka_unit_test(qkv_int8_tma),
+      cmocka_unit_test(qkv_int8_prefill), cmocka_unit_test(deterministic), cmocka_unit_test(prefill),
+      cmocka_unit_test(refusals),
   };
   int failed = cmocka_run_group_tests_name("gpu_int4", tests, NULL, NULL);
   kiln_stream_destroy(g_ctx, g_stream);
