@@ -22,6 +22,10 @@
 #   before v15's persistent blocks: slower; again on v15's: see performance.md, "v15").
 #   w8-*: the int8 (W8A16) TMA path's switches, and w8-before its sm_80 kernel (performance.md,
 #   "W8A16 on sm_90a"); probe: main's TMA kernels with consumers that only wait and release.
+#   l2-ahead1 / l2-ahead2 (scripts/rungs/wa16-l2-ahead.patch): with the dependent launch, the
+#   producer first prefetches its first one or two rings of weight stages into L2 (coherent, so
+#   safe before griddepcontrol.wait), hiding the first copies' DRAM latency behind the previous
+#   kernel's end.
 set -u
 if [ "${1:-}" = build ]; then
   shift
@@ -54,6 +58,9 @@ if [ "${1:-}" = build ]; then
   ladder_step wa16 w8-n16-two "KILN_WA8_TMA_N16=2" .
   ladder_step wa16 w8-m8only "KILN_WA16_TMA_M16=0" .
   ladder_step wa16 probe "KILN_WA16_TMA_PROBE=1" .
+  # next rung (built, not yet measured): the block's first 1 or 2 rings of weight stages
+  # prefetched into L2 before griddepcontrol.wait, while the previous kernel ends
+  for n in 1 2; do ladder_step wa16 l2-ahead$n "KILN_WA16_TMA_L2_AHEAD=$n" 3c5b510 scripts/rungs/wa16-l2-ahead.patch; done
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
