@@ -6,8 +6,10 @@
  * permutations, f16 and bf16 activations, every output dtype, row- and column-major x and y,
  * a decode-size layer, and the fused QKV call (GQA widths) against three single calls, bit for
  * bit; int8 weights row- and column-major (uint8 too) with padded leading dimensions, per-projection
- * and per-column scales. Outputs are NaN-poisoned; every element is checked, and nothing outside the view may be
- * written. Exits 77 without a GPU.
+ * and per-column scales, and the shapes of the sm_90a TMA kernels (qkv_int8_tma, decode_edges);
+ * kernels chained on one stream without a sync (dependent_chain: the dependent launch). Outputs
+ * are NaN-poisoned; every element is checked, and nothing outside the view may be written. Exits
+ * 77 without a GPU.
  *
  * Bounds: the relative Frobenius error of SPEC §5 (f32 1e-4, f16 2e-3, bf16 6e-3) and, per
  * element, one ulp of the output dtype plus the fp32 accumulation's worst case K·2⁻²⁴·Σ|terms|.
