@@ -245,12 +245,13 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
   const int items = ((p.m + BM * CLUSTER - 1) / (BM * CLUSTER)) * ((p.n + BN - 1) / BN), total = items * p.batch;
   const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
 
-  if (threadIdx.x == 0) /* a stage is refilled once every consumer of the cluster is done */
-    ring_init(full, empty, STAGES, CONSUMERS * CLUSTER);
   /* Launched as a programmatic dependent (single CTAs, kiln_wgmma_launch): the next kernel may
    * start launching now (the grid is one resident wave), and no thread touches global memory
-   * before the previous kernel has ended. No-ops without the launch attribute. */
-  if (threadIdx.x == 0) pdl_launch_dependents();
+   * before the previous kernel has ended (pdl_wait below). No-ops without the launch attribute. */
+  if (threadIdx.x == 0) {
+    ring_init(full, empty, STAGES, CONSUMERS * CLUSTER); /* a stage is refilled once every consumer is done */
+    pdl_launch_dependents();
+  }
   if (CLUSTER > 1)
     cluster_sync(); /* the peer's barriers are initialized before any multicast or remote arrive */
   else

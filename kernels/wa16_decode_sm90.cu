@@ -233,20 +233,23 @@ KILN_DEVICE void tma_decode(const kiln_wa16_tma_args &ta, const CUtensorMap *xma
   uint8_t *smem = wa16_tma_raw + ((1024u - (smem_u32(wa16_tma_raw) & 1023u)) & 1023u);
   const kiln_qkv_args &a = ta.a;
   const int ring = ta.ring, stages = (a.k + SK - 1) / SK;
-  const int slot_bytes = W_BYTES + ta.x_rows * SK * 2;
+  /* the host's formulas (wa16_gpu.c sizes the ring with them) */
+  const int slot_bytes = I8 ? KILN_WA8_TMA_SLOT_BYTES(ta.x_rows, T) : KILN_WA16_TMA_SLOT_BYTES(ta.x_rows);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, consumers = blockDim.x / 32 - 1;
   uint64_t *full = reinterpret_cast<uint64_t *>(smem), *empty = full + ring;
   /* [2][consumers][8 x 32] floats: the tiles' reductions, by tile parity; then the ring */
   float *red = reinterpret_cast<float *>(smem + KILN_WA16_TMA_BAR_BYTES);
   uint8_t *slots = smem + KILN_WA16_TMA_RING_AT(consumers);
 
-  if (threadIdx.x == 0) sm90::ring_init(full, empty, ring, UNITS); /* empty: one arrival per unit */
   /* Launched as a programmatic dependent (wa16_gpu.c): the next kernel may start launching now,
    * taking SMs as this grid's blocks leave them (this grid is one resident wave, so it cannot
    * crowd out blocks of ours); this block's prologue overlapped the previous kernel's end, and
    * nothing here touches global memory before that kernel has ended. (Without the launch
    * attribute both are no-ops.) */
-  if (threadIdx.x == 0) sm90::pdl_launch_dependents();
+  if (threadIdx.x == 0) {
+    sm90::ring_init(full, empty, ring, UNITS); /* empty: one arrival per unit */
+    sm90::pdl_launch_dependents();
+  }
   if (warp == consumers && lane == 0) { /* the descriptors' first fetch (kernel parameters: no wait) */
     sm90::tma_prefetch(xmap);
     for (int i = 0; i < 3; i++) {
