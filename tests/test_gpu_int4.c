@@ -36,12 +36,17 @@ static const DLDataType U8 = {kDLUInt, 8, 1};
 /* ---------------------------------------------------------------------------------------- */
 /* Device copies of host buffers, matrices and weights                                       */
 /* ---------------------------------------------------------------------------------------- */
+/* bytes from the host into d (1-D u8 of that size), enqueued on g_stream */
+static void copy_up(DLManagedTensorVersioned *d, const void *host, size_t bytes) {
+  const int64_t n = (int64_t)bytes;
+  test_tensor h = test_host_tensor((void *)host, U8, 1, &n);
+  assert_kiln_ok(kiln_tensor_copy(g_ctx, test_dl(&h), &d->dl_tensor, g_stream));
+}
 static DLManagedTensorVersioned *upload(const void *host, size_t bytes) {
   DLManagedTensorVersioned *d;
   const int64_t n = (int64_t)bytes;
   assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &n, U8, &d));
-  test_tensor h = test_host_tensor((void *)host, U8, 1, &n);
-  assert_kiln_ok(kiln_tensor_copy(g_ctx, test_dl(&h), &d->dl_tensor, g_stream));
+  copy_up(d, host, bytes);
   return d;
 }
 static void download(void *host, DLManagedTensorVersioned *d, size_t bytes) {
@@ -63,11 +68,7 @@ static void gmat_up(gmat *g, const tmat *m) {
   g->t.device = (DLDevice){kDLCUDA, 0};
 }
 static void gmat_down(gmat *g, tmat *m) { download(m->buf, g->dev, (size_t)m->total * m->elem); }
-static void upload_into(gmat *g, const tmat *m) { /* the same bytes again (g->dev: 1-D u8) */
-  const int64_t n = (int64_t)m->total * m->elem;
-  test_tensor h = test_host_tensor(m->buf, U8, 1, &n);
-  assert_kiln_ok(kiln_tensor_copy(g_ctx, test_dl(&h), &g->dev->dl_tensor, g_stream));
-}
+static void gmat_reup(gmat *g, const tmat *m) { copy_up(g->dev, m->buf, (size_t)m->total * m->elem); }
 
 typedef struct gweight {
   kiln_qweight q;
@@ -293,7 +294,7 @@ static void dependent_chain(void **state) {
   int failures = 0;
   for (int round = 0; round < 3; round++) {
     double *ref1, *mag1, *ref2, *mag2; /* mag: inside ref's allocation */
-    if (round) tm_fill(&x), upload_into(&gx, &x); /* fresh x (the chain's values grow ~15x a product) */
+    if (round) tm_fill(&x), gmat_reup(&gx, &x); /* fresh x (the chain's values grow ~15x a product) */
     w16_reference(&x, wd1, NULL, K, NULL, &ref1, &mag1); /* x as the first call reads it */
     assert_kiln_ok(kiln_matmul_int4(g_ctx, &gx.t, &gw1.q, &gy1.t, NULL, g_stream));
     assert_kiln_ok(kiln_matmul_int4(g_ctx, &gy1.t, &gw2.q, &gx.t, NULL, g_stream));
@@ -694,7 +695,7 @@ static void qkv_int8(void **state) {
   if (failures) fail_msg("%d of %d int8 cases failed (listed above)", failures, n + 3);
 }
 
-/* int8 decode with column-major, 16-byte aligned weights, N % 4 == 0, K % 256 == 0, M <= 8 and
+/* int8 decode with column-major, 16-byte aligned weights, N % 4 == 0, K % 256 == 0, M <= 16 and
  * 16-byte x rows: on sm_90a the TMA kernel's problems (wa16_decode_sm90.cu). Tiles of 32, 16 and
  * 4 columns (the box filled with zeros past N), K of one unit, a stage and a unit (1280), several
  * stages, padded columns, uint8 and int8, scales [1] and [N], every x and y dtype; more tiles
