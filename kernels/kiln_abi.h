@@ -419,4 +419,25 @@ typedef struct kiln_wa16_tma_args {
   int32_t group_rows[3];
 } kiln_wa16_tma_args;
 
+/* kiln_matmul_int4's PREFILL on sm_90a without a dequantized copy (kernels/w4_prefill_sm90.cu):
+ * y^T = W^T · x^T as 128 weight columns x BX rows of x per tile (BX 256 or 128), 64 k a stage.
+ * A stage of the ring is x's [BX][64] box and the dequantized weight [128][64] (both 128-byte
+ * swizzled), then the codes [8 word rows][128 columns] and 2 rows of scales (f16) and of zeros
+ * (u8), rounded up to 1024 bytes; 4 stages, then a full and an empty mbarrier each. */
+#define KILN_W4_WG_COLS 128
+#define KILN_W4_WG_W_BYTES (KILN_W4_WG_COLS * 128)
+#define KILN_W4_WG_CODE_BYTES (8 * KILN_W4_WG_COLS * 4)
+#define KILN_W4_WG_SCALE_BYTES (2 * KILN_W4_WG_COLS * 2)
+#define KILN_W4_WG_ZERO_BYTES (2 * KILN_W4_WG_COLS)
+#define KILN_W4_WG_STAGE_BYTES(bx)                                                                              \
+  (((bx) * 128 + KILN_W4_WG_W_BYTES + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES + KILN_W4_WG_ZERO_BYTES + \
+    1023) / 1024 * 1024)
+#define KILN_W4_WG_STAGES 4
+#define KILN_W4_WG_THREADS 384
+#define KILN_W4_WG_SMEM_BYTES(bx) (1024 + KILN_W4_WG_STAGES * (KILN_W4_WG_STAGE_BYTES(bx) + 16))
+typedef struct kiln_w4_wgmma_args {
+  kiln_int4_args a;
+  int32_t group_rows; /* rows of a stage's scales and zeros boxes: 2 when G = 32, else 1 */
+} kiln_w4_wgmma_args;
+
 #endif /* KILN_ABI_H */

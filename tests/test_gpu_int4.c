@@ -384,21 +384,28 @@ typedef struct qkvfix {
   gmat gx, gy[3];
 } qkvfix;
 
-/* aligned: widths all multiples of 16 and no act-order (group sizes 128, 32, 512), else the
- * default problem above. */
-static void qkv_setup_as(qkvfix *f, int64_t M, DLDataType xd, DLDataType yd, bool aligned) {
-  *f = (qkvfix){
-      .M = M, .K = 512, .N = {512, 128, aligned ? 144 : 136}, .G = {128, aligned ? 32 : 64, 512}, .xd = xd};
+/* A problem of the given shape: projection 1's output column-major, projection 2 act-order when
+ * perm2. */
+static void qkv_setup_shape(qkvfix *f, int64_t M, int64_t K, const int64_t N[3], const int64_t G[3], bool perm2,
+                            DLDataType xd, DLDataType yd) {
+  *f = (qkvfix){.M = M, .K = K, .N = {N[0], N[1], N[2]}, .G = {G[0], G[1], G[2]}, .xd = xd};
   tm_compact(&f->x, xd, 2, 1, M, f->K);
   tm_fill(&f->x);
   gmat_up(&f->gx, &f->x);
   for (int i = 0; i < 3; i++) {
-    tq_make(&f->w[i], f->K, f->N[i], f->G[i], i != 1, i == 2 && !aligned);
+    tq_make(&f->w[i], f->K, f->N[i], f->G[i], i != 1, i == 2 && perm2);
     gweight_up(&f->gw[i], &f->w[i].q);
     tm_init(&f->y[i], yd, 2, 1, M, f->N[i], i == 1 ? COL : ROW, 2, 0, 0);
     tm_poison(&f->y[i]);
     gmat_up(&f->gy[i], &f->y[i]);
   }
+}
+
+/* aligned: widths all multiples of 16 and no act-order (group sizes 128, 32, 512), else the
+ * default problem above. */
+static void qkv_setup_as(qkvfix *f, int64_t M, DLDataType xd, DLDataType yd, bool aligned) {
+  const int64_t N[3] = {512, 128, aligned ? 144 : 136}, G[3] = {128, aligned ? 32 : 64, 512};
+  qkv_setup_shape(f, M, 512, N, G, !aligned, xd, yd);
 }
 
 static void qkv_setup(qkvfix *f, int64_t M, DLDataType xd, DLDataType yd) { qkv_setup_as(f, M, xd, yd, false); }
@@ -740,6 +747,52 @@ static void prefill(void **state) {
   run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
 }
 
+/* PREFILL in one kernel on sm_90a (kernels/w4_prefill_sm90.cu), which takes N % 16 == 0, x rows
+ * 16-byte aligned, no act-order, M <= 1024 and tiles for 70 % of the SMs (wa16_gpu.c): every case
+ * here has 96-100 tiles of 128 columns on the H200's 132 SMs (elsewhere these run the
+ * dequantized copy and kiln_matmul, and pass as well). Both tile heights (128 rows of x; 256 once
+ * the tiles fill half the SMs), every group size (G = 32 with 1, 3 and 10 groups, so a stage's
+ * second group row is absent, past K, or present; G = K = 200, a K that ends inside a stage),
+ * ragged column and row tiles, both activation dtypes, every output dtype, column-major y,
+ * padded x, explicit and AUTO; then the fused QKV call with three such projections (M = 128,
+ * one output column-major). Against float64 on the weights rounded to x's dtype. */
+static void prefill_fused(void **state) {
+  (void)state;
+  const icase cs[] = {
+      {300, 320, 6160, 32, 0, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 1},
+      {1000, 128, 3072, 64, 1, 0, TEST_BF16, TEST_BF16, ROW, ROW, 8, 2},
+      {257, 200, 6400, 200, 0, 0, TEST_F16, TEST_BF16, ROW, COL, 0, 1},
+      {128, 64, 12288, 64, 1, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 1},
+      {130, 32, 6144, 32, 0, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 2},
+      {200, 96, 6160, 32, 1, 0, TEST_BF16, TEST_F16, ROW, ROW, 0, 1},
+      {1024, 128, 3072, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 2},
+      {1000, 128, 3088, 128, 1, 0, TEST_F16, TEST_F16, ROW, COL, 16, 2},
+  };
+  run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
+  const int64_t N[3] = {12288, 12304, 12288}, G[3] = {64, 32, 64};
+  qkvfix f;
+  qkv_setup_shape(&f, 128, 64, N, G, false, TEST_F16, TEST_F16);
+  size_t bytes = 0;
+  assert_kiln_ok(kiln_qkv_project_int4_workspace_size(g_ctx, &f.gx.t, &f.gw[0].q, &f.gw[1].q, &f.gw[2].q, &f.gy[0].t,
+                                                      &f.gy[1].t, &f.gy[2].t, &bytes));
+  const int64_t nb = (int64_t)bytes;
+  DLManagedTensorVersioned *ws = NULL;
+  assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &nb, U8, &ws));
+  kiln_qkv_opts opts = kiln_qkv_opts_default();
+  opts.algo = KILN_QKV_PREFILL;
+  opts.workspace = ws->dl_tensor.data, opts.workspace_bytes = bytes;
+  qkv_call(&f, &opts);
+  for (int i = 0; i < 3; i++) {
+    char what[120];
+    snprintf(what, sizeof what, "qkv PREFILL (one kernel each) M128 projection %d (N %" PRId64 ", G %" PRId64 ")", i,
+             f.N[i], f.G[i]);
+    gmat_down(&f.gy[i], &f.y[i]);
+    qkv_check(&f, i, &f.y[i], 1, what);
+  }
+  kiln_tensor_free(ws);
+  qkv_free(&f);
+}
+
 /* PREFILL without enough workspace, or with one that overlaps an operand, is refused with the
  * size it needs; DECODE runs at any M. */
 static void refusals(void **state) {
@@ -798,7 +851,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(aligned_decode), cmocka_unit_test(decode_edges), cmocka_unit_test(dependent_chain),
       cmocka_unit_test(qkv_fused), cmocka_unit_test(qkv_fused_aligned), cmocka_unit_test(qkv_prefill),
       cmocka_unit_test(qkv_prefill_merged), cmocka_unit_test(qkv_int8), cmocka_unit_test(qkv_int8_tma),
-      cmocka_unit_test(qkv_int8_prefill), cmocka_unit_test(deterministic), cmocka_unit_test(prefill),
+      cmocka_unit_test(qkv_int8_prefill), cmocka_unit_test(deterministic), cmocka_unit_test(prefill), cmocka_unit_test(prefill_fused),
       cmocka_unit_test(refusals),
   };
   int failed = cmocka_run_group_tests_name("gpu_int4", tests, NULL, NULL);

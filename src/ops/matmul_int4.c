@@ -207,6 +207,11 @@ kiln_status kiln_int4_prefill_gpu(const kiln_context *ctx, const char *op, const
   kiln_ctx_scope scope;
   kiln_status st = kiln_ctx_enter(ctx, &scope, op);
   if (st) return st;
+  if (kiln_w4_wgmma_fits(ctx, a)) { /* one kernel, the workspace unused (wa16_gpu.c) */
+    st = kiln_w4_wgmma(ctx, op, a, stream);
+    kiln_ctx_leave(ctx, &scope);
+    return st;
+  }
   st = kiln_w4_dequantize_gpu(ctx, op, a, ws, a->n, stream);
   kiln_ctx_leave(ctx, &scope);
   if (st) return st;

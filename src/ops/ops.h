@@ -118,6 +118,11 @@ kiln_status kiln_matmul_int4_gpu(const kiln_context *ctx, const char *op, const 
  * in logical order: row perm[r] holds stored row r). */
 kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *args, void *ws,
                                    int64_t ld, CUstream stream);
+/* PREFILL in one kernel on sm_90a (kernels/w4_prefill_sm90.cu: the weight dequantized stage by
+ * stage in shared memory, no workspace): fits says whether it takes the problem (TMA can address
+ * the buffers, and it is the faster PREFILL there), run launches it (context entered). */
+bool kiln_w4_wgmma_fits(const kiln_context *ctx, const kiln_int4_args *args);
+kiln_status kiln_w4_wgmma(const kiln_context *ctx, const char *op, const kiln_int4_args *args, CUstream stream);
 /* kiln_qkv_project_int8's PREFILL pass: projection p's int8 weight times its scales, as x's
  * dtype, into ws (row-major [k, p->n], rows ld apart). */
 kiln_status kiln_w8_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_proj *p, int32_t k,

@@ -179,6 +179,22 @@ static kiln_status prefill(const kiln_context *ctx, const char *op, DLDevice dev
                            const kiln_matrix Y[3], const kiln_qkv_args *args, bool int8, bool merged, void *ws,
                            CUstream stream) {
   kiln_status st = KILN_OK;
+  if (!int8) { /* sm_90a: each projection in one kernel, the workspace unused (kiln_w4_wgmma) */
+    kiln_int4_args a[3];
+    bool fits = true;
+    for (int i = 0; i < 3; i++) {
+      kiln_qkv_proj_as_int4(args, i, &a[i]);
+      fits = fits && (a[i].n == 0 || kiln_w4_wgmma_fits(ctx, &a[i]));
+    }
+    if (fits) {
+      kiln_ctx_scope scope;
+      if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
+      for (int i = 0; i < 3 && !st; i++)
+        if (a[i].n > 0) st = kiln_w4_wgmma(ctx, op, &a[i], stream);
+      kiln_ctx_leave(ctx, &scope);
+      return st;
+    }
+  }
   if (merged) {
     const int64_t ntot = (int64_t)args->proj[0].n + args->proj[1].n + args->proj[2].n;
     int64_t col = 0;

@@ -250,6 +250,73 @@ kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, cons
                      blocks_y, 1, threads, 0, stream, params, op);
 }
 
+/* Tuning (KILN_TUNE_DEFS): 0 sends every PREFILL through the dequantized copy and kiln_matmul */
+#ifndef KILN_W4_WGMMA
+#define KILN_W4_WGMMA 1
+#endif
+
+/* Tuning (KILN_TUNE_DEFS): the fused PREFILL's rows of x per tile, 128 or 256 (0: w4_rows) */
+#ifndef KILN_W4_WG_BX
+#define KILN_W4_WG_BX 0
+#endif
+
+static int64_t w4_sms(const kiln_context *ctx) { return ctx->info.sm_count > 0 ? ctx->info.sm_count : 1; }
+static int64_t w4_col_tiles(const kiln_int4_args *a) { return (a->n + KILN_W4_WG_COLS - 1) / KILN_W4_WG_COLS; }
+
+/* Rows of x per tile: 256, or 128 where 256 would leave more than half the SMs without a tile
+ * (at M <= 128 always). */
+static int w4_rows(const kiln_context *ctx, const kiln_int4_args *a) {
+  if (KILN_W4_WG_BX) return KILN_W4_WG_BX;
+  return a->m > 128 && (a->m + 255) / 256 * w4_col_tiles(a) >= (w4_sms(ctx) + 1) / 2 ? 256 : 128;
+}
+
+/* Where the fused kernel runs. TMA needs 16-byte row strides (codes n·4, scales n·2 and zeros n
+ * bytes: n % 16 == 0) and 16-byte aligned buffers, x row-major with 16-byte rows; act-order would
+ * need a gather of x. And where it is the faster PREFILL (H200, docs/performance.md, "PREFILL in
+ * one kernel"): its tiles are whole columns of K, so it needs tiles for most SMs (64 tiles at
+ * 4096 x 4096, M = 256: 0.69x the copy + GEMM; 96 at 4096 x 12288, M = 128: 1.53x), and at
+ * large M the dequantized copy is a small share of the time while the fused kernel's tensor
+ * pipe runs ~61 % busy against the GEMM's ~83 % (M = 1024: 1.03-1.05x; M = 4096: 0.82x). */
+bool kiln_w4_wgmma_fits(const kiln_context *ctx, const kiln_int4_args *a) {
+  if (!KILN_W4_WGMMA || ctx->arch != 90 || a->perm || a->n % 16 || a->x_cs != 1 ||
+      (a->m > 1 && (a->x_rs * 2) % 16) || !aligned16(a->x) || !aligned16(a->codes) || !aligned16(a->scales) ||
+      !aligned16(a->zeros))
+    return false;
+  const int bx = w4_rows(ctx, a);
+  return a->m <= 1024 && (a->m + bx - 1) / bx * w4_col_tiles(a) * 10 >= w4_sms(ctx) * 7;
+}
+
+kiln_status kiln_w4_wgmma(const kiln_context *ctx, const char *op, const kiln_int4_args *a, CUstream stream) {
+  const int64_t sms = w4_sms(ctx), cols = w4_col_tiles(a), groups = a->k / a->group;
+  const int bx = w4_rows(ctx, a);
+  const kiln_w4_wgmma_args args = {.a = *a, .group_rows = a->group == 32 && groups > 1 ? 2 : 1};
+  kiln_tensor_map maps[4]; /* x, codes, scales, zeros (kernels/w4_prefill_sm90.cu, Maps) */
+  const uint64_t n = (uint64_t)a->n;
+  const uint64_t xdims[2] = {(uint64_t)a->k, (uint64_t)a->m},
+                 xstride[1] = {a->m > 1 ? (uint64_t)a->x_rs * 2 : ((uint64_t)a->k * 2 + 15) & ~15ull};
+  const uint64_t cdims[2] = {n, (uint64_t)a->k / 8}, cstride[1] = {n * 4};
+  const uint64_t gdims[2] = {n, (uint64_t)groups}, sstride[1] = {n * 2}, zstride[1] = {n};
+  const uint32_t xbox[2] = {64, (uint32_t)bx}, cbox[2] = {KILN_W4_WG_COLS, 8},
+                 gbox[2] = {KILN_W4_WG_COLS, (uint32_t)args.group_rows};
+  const int xtype = a->x_dtype == KILN_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  kiln_status st;
+  if ((st = kiln_tma_map(ctx, op, xtype, 2, a->x, xdims, xstride, xbox, CU_TENSOR_MAP_SWIZZLE_128B, &maps[0])) ||
+      (st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, a->codes, cdims, cstride, cbox,
+                         CU_TENSOR_MAP_SWIZZLE_NONE, &maps[1])) ||
+      (st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, a->scales, gdims, sstride, gbox,
+                         CU_TENSOR_MAP_SWIZZLE_NONE, &maps[2])) ||
+      (st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, a->zeros, gdims, zstride, gbox,
+                         CU_TENSOR_MAP_SWIZZLE_NONE, &maps[3])))
+    return st;
+  const int64_t items = (a->m + bx - 1) / bx * cols, grid = items < sms ? items : sms;
+  void *params[] = {(void *)&args, maps};
+  static const kiln_kernel_id kernels[2][2] = {{KILN_K_W4A16_WGMMA128_F16, KILN_K_W4A16_WGMMA128_BF16},
+                                               {KILN_K_W4A16_WGMMA256_F16, KILN_K_W4A16_WGMMA256_BF16}};
+  const kiln_kernel_id kernel = kernels[bx == 256][a->x_dtype == KILN_DT_BF16];
+  const unsigned smem = (unsigned)KILN_W4_WG_SMEM_BYTES(bx);
+  return kiln_launch_dependent(ctx, kernel, (unsigned)grid, KILN_W4_WG_THREADS, smem, stream, params, op);
+}
+
 kiln_status kiln_w8_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_proj *p, int32_t k,
                                    int32_t x_dtype, void *ws, int64_t ld, CUstream stream) {
   const int64_t blocks_y = ((int64_t)k + 31) / 32; /* 32 x 32 tiles (kernels/w8_dequant.cu) */

@@ -1,0 +1,237 @@
+/*
+ * w4_prefill_sm90.cu — kiln_matmul_int4's PREFILL on Hopper (sm_90a) in one kernel: each stage
+ * of the 4-bit weight is dequantized into shared memory and fed to warpgroup MMAs, instead of
+ * the whole weight being written out as a 16-bit copy for kiln_matmul (kernels/w4_dequant.cu,
+ * which stays for every case this kernel does not take).
+ *
+ * Why: at M = 1024 x 4096 x 4096 the copy costs a 40 MB pass (~10 µs) before a ~55 µs GEMM, and
+ * the GEMM then reads 32 MB of f16 weight where 8 MB of codes would do (PREFILL measured
+ * 0.79-0.81x cuBLAS f16 there; docs/performance.md, "PREFILL").
+ *
+ * Dequantized where, by whom. Each consumer warpgroup turns its 64 columns of a stage's codes
+ * into the 16-bit weight in shared memory, as the k-major, 128-byte swizzled operand wgmma
+ * reads (4 words a thread: 4 LDS.32, ~20 instructions a word for f16, 4 STS.128), then issues
+ * the stage's wgmmas with both operands in shared memory, keeping two stages of them in flight
+ * (wait_group 2), so that a stage's dequantization runs under the two before it. Measured
+ * (H200, M 4096 x 4096 x 12288; docs/performance.md, "PREFILL in one kernel"): with one stage
+ * in flight the tensor pipe was 61 % busy (~510 TFLOP/s); the producer warpgroup dequantizing
+ * instead (one warp per scheduler, 56 registers) 42 %; dequantizing into registers for wgmma's
+ * register A operand no faster, as ptxas serializes every wgmma (C7513) when registers that
+ * feed one are written while another is in flight.
+ *
+ * Why transposed. The block computes yᵀ = Wᵀ·xᵀ: a tile is 128 weight columns (two consumer
+ * warpgroups of 64: wgmma's M) by BX rows of x (wgmma's N: 256, or 128 for small M), so each
+ * weight element is dequantized once per 256 rows of x, and x's [BX][64 k] TMA box with the
+ * 128-byte swizzle is a k-major B operand as in gemm_sm90.cuh. A code word (kiln.h: 8 k of one
+ * column, lowest nibble lowest k) becomes exactly one 16-byte chunk of a k-major row. The value
+ * is scale·(q − zero) rounded once to x's dtype, as w4_dequant.cu writes it, so both PREFILL
+ * paths multiply the same weights.
+ *
+ * Block and ring as in gemm_sm90.cuh: a producer warpgroup whose thread 0 issues a stage's four
+ * TMA copies (x's box, the codes [8 word rows][128 columns], and the scales and zeros rows of
+ * the stage's groups: 2 rows at G = 32, else 1) into a ring of 4 stages, each with room for its
+ * dequantized weight (a stage is released two stages after its wgmmas were issued, so the
+ * copies run one stage ahead); two consumer warpgroups; a persistent grid walking the tiles in
+ * gemm's L2-friendly order.
+ *
+ * Edges: TMA fills x past M or K, codes past N or K / 8, and scales and zeros past N or K / G
+ * with zeros, so every padded weight is 0·(0 − 0) = 0 and every padded x is 0; stores are
+ * predicated. The host sends here N % 16 == 0 (the maps' 16-byte row strides), 16-byte aligned
+ * buffers, row-major x with 16-byte rows, and no act-order (x would need a gather).
+ */
+#include <cuda.h>
+
+#include "gemm_sm90.cuh" /* mbarriers, TMA, wgmma, tile_coords */
+
+namespace kiln {
+namespace w4wg {
+
+/* The TMA descriptors (kernel parameter space). */
+struct Maps {
+  CUtensorMap x, codes, scales, zeros;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr int BW = KILN_W4_WG_COLS, BK = 64, GROUP_M = 8;
+
+/* Code word w (8 k of one column, lowest nibble lowest k) as 8 weights scale·(q − zero) in x's
+ * 16-bit dtype, k order, 4 registers (one 16-byte chunk of a k-major row). s: the scale's f16
+ * bits; z: the zero.
+ * f16: (w >> 4i) & 0x000F000F | 0x64006400 is the pair (1024 + q_i, 1024 + q_i+4) in f16;
+ * minus 1024 + z leaves q − z exactly (small integers), and one f16 product rounds s·(q − z)
+ * once, exactly as the f32 formula rounded to f16 does (the product is exact in f32). A byte
+ * permute then puts the pairs in k order.
+ * bf16: the f32 formula (0x4B000000 | v is the float 2^23 + v, so subtracting 2^23 + z leaves
+ * v − z exactly), as bf16 cannot hold an f16 scale. Explicit roundings: no contraction into FMAs. */
+template <bool BF16>
+KILN_DEVICE uint4 dequant_word(uint32_t w, uint16_t s, uint32_t z) {
+  uint32_t v[4];
+  if constexpr (BF16) {
+    const float sf = __half2float(__ushort_as_half(s)), cz = 8388608.f + (float)z;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const uint32_t y = w >> (8 * i);
+      const float lo = __fmul_rn(__fsub_rn(__uint_as_float((y & 0xFu) | 0x4B000000u), cz), sf);
+      const float hi = __fmul_rn(__fsub_rn(__uint_as_float(((y >> 4) & 0xFu) | 0x4B000000u), cz), sf);
+      const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+      v[i] = *reinterpret_cast<const uint32_t *>(&p);
+    }
+  } else {
+    const __half2 sz = __halves2half2(__ushort_as_half((uint16_t)(0x6400u + z)), __ushort_as_half((uint16_t)(0x6400u + z)));
+    const __half2 ss = __halves2half2(__ushort_as_half(s), __ushort_as_half(s));
+    uint32_t p[4]; /* (k i, k i + 4) */
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const uint32_t m = ((w >> (4 * i)) & 0x000F000Fu) | 0x64006400u;
+      const __half2 h = __hmul2_rn(__hsub2(*reinterpret_cast<const __half2 *>(&m), sz), ss);
+      p[i] = *reinterpret_cast<const uint32_t *>(&h);
+    }
+    v[0] = __byte_perm(p[0], p[1], 0x5410), v[1] = __byte_perm(p[2], p[3], 0x5410);
+    v[2] = __byte_perm(p[0], p[1], 0x7632), v[3] = __byte_perm(p[2], p[3], 0x7632);
+  }
+  return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+/* A consumer warpgroup's share of a stage: its 64 columns of the weight, k-major [64][64 k]
+ * (128-byte rows, 128-byte swizzle: chunk j of row r at j ^ r % 8, as TMA would store it), the A
+ * operand of its wgmmas. Thread t takes row t % 64, words j = t / 64 + 2i: the codes' LDS.32 (a
+ * warp reads 32 adjacent words) and the chunks' STS.128 (8 rows of a quarter warp cover every
+ * bank once) are conflict-free. r1: the scales box row of k 32..63 (1 at G = 32). */
+template <bool BF16>
+KILN_DEVICE void dequant_stage(uint8_t *wa, const uint8_t *st, int col, int t, int r1) {
+  const uint32_t *codes = reinterpret_cast<const uint32_t *>(st);
+  const uint16_t *scales = reinterpret_cast<const uint16_t *>(st + KILN_W4_WG_CODE_BYTES);
+  const uint8_t *zeros = st + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES;
+  const int r = t % 64, c = col + r;
+  const uint16_t s0 = scales[c], s1 = scales[r1 * BW + c];
+  const uint32_t z0 = zeros[c], z1 = zeros[r1 * BW + c];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int j = t / 64 + 2 * i;
+    const uint4 v = dequant_word<BF16>(codes[j * BW + c], i < 2 ? s0 : s1, i < 2 ? z0 : z1);
+    *reinterpret_cast<uint4 *>(wa + r * 128 + ((j ^ (r % 8)) << 4)) = v;
+  }
+}
+
+template <bool BF16, int BX>
+KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
+  constexpr int STAGES = KILN_W4_WG_STAGES, STAGE_BYTES = KILN_W4_WG_STAGE_BYTES(BX), X_BYTES = BX * 128;
+  constexpr int W_AT = X_BYTES, CODES_AT = W_AT + KILN_W4_WG_W_BYTES; /* in a stage */
+  extern __shared__ uint8_t w4wg_raw[];
+  /* aligned to 1024 bytes (the swizzle's period) by pointer arithmetic, so that the compiler
+   * still sees shared memory (LDS) */
+  uint8_t *smem = w4wg_raw + ((1024u - (smem_u32(w4wg_raw) & 1023u)) & 1023u);
+  /* full: the copies landed; empty: both consumers are done with the stage */
+  uint64_t *full = reinterpret_cast<uint64_t *>(smem + STAGES * STAGE_BYTES), *empty = full + STAGES;
+  const kiln_int4_args &a = p.a;
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int nk = (a.k + BK - 1) / BK, items = ((a.m + BX - 1) / BX) * ((a.n + BW - 1) / BW);
+
+  /* a programmatic dependent, as the GEMMs (wgmma.c): nothing touches global memory before
+   * pdl_wait */
+  if (threadIdx.x == 0) {
+    sm90::ring_init(full, empty, STAGES, 2); /* a stage is refilled once both consumers are done */
+    sm90::pdl_launch_dependents();
+  }
+  __syncthreads();
+  sm90::pdl_wait();
+
+  /* Both roles walk the block's stages g = 0, 1, .. (tile after tile, k slice after k slice):
+   * slot g % STAGES, phase (g / STAGES) & 1. */
+  if (wg == 0) { /* producer: one thread, four copies a stage */
+    sm90::producer_registers();
+    if (t == 0) {
+      sm90::tma_prefetch(&maps.x), sm90::tma_prefetch(&maps.codes);
+      sm90::tma_prefetch(&maps.scales), sm90::tma_prefetch(&maps.zeros);
+      const uint32_t tx = X_BYTES + KILN_W4_WG_CODE_BYTES + (uint32_t)p.group_rows * BW * 3; /* whole boxes */
+      int g = 0;
+      for (int item = blockIdx.x; item < items; item += gridDim.x) {
+        int tm, tn;
+        tile_coords(a.m, a.n, GROUP_M, item, BX, BW, tm, tn);
+        for (int kt = 0; kt < nk; kt++, g++) {
+          const int s = g % STAGES, k0 = kt * BK, grow = k0 / a.group; /* grow: the stage's first group row */
+          sm90::mbar_wait(&empty[s], ((g / STAGES) & 1) ^ 1);
+          sm90::mbar_expect_tx(&full[s], tx);
+          uint8_t *st = smem + s * STAGE_BYTES;
+          sm90::tma_load(st, &maps.x, &full[s], k0, tm * BX, 0, false);
+          sm90::tma_load(st + CODES_AT, &maps.codes, &full[s], tn * BW, k0 / 8, 0, false);
+          sm90::tma_load(st + CODES_AT + KILN_W4_WG_CODE_BYTES, &maps.scales, &full[s], tn * BW, grow, 0, false);
+          sm90::tma_load(st + CODES_AT + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES, &maps.zeros, &full[s],
+                         tn * BW, grow, 0, false);
+        }
+      }
+    }
+    return;
+  }
+
+  sm90::consumer_registers();
+  const int cw = wg - 1, warp = t / 32, lane = t % 32, q = lane % 4;
+  const int c = 64 * cw + 16 * warp + lane / 4; /* this thread's first output column of the tile */
+  const int r1 = p.group_rows > 1 ? 1 : 0;
+  float d[BX / 2]; /* yᵀ: rows c, c + 8 (weight columns), columns 8j + 2q, +1 (rows of x) */
+  int g = 0;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    int tm, tn;
+    tile_coords(a.m, a.n, GROUP_M, item, BX, BW, tm, tn);
+#pragma unroll
+    for (int i = 0; i < BX / 2; i++) d[i] = 0.f;
+    for (int kt = 0; kt < nk; kt++, g++) {
+      const int s = g % STAGES;
+      uint8_t *st = smem + s * STAGE_BYTES;
+      sm90::mbar_wait(&full[s], (g / STAGES) & 1);
+      /* this warpgroup's 64 columns of the stage's weight; the slot's last reader, stage
+       * g − STAGES's wgmmas, retired before the slot was released and refilled */
+      uint8_t *w = st + W_AT + cw * (KILN_W4_WG_W_BYTES / 2);
+      dequant_stage<BF16>(w, st + CODES_AT, 64 * cw, t, r1);
+      /* the generic-proxy stores made visible to wgmma's (async proxy) reads, then every thread
+       * of the warpgroup done */
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      sm90::named_sync(1 + cw, 128);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        wgmma_m64k16<BX, BF16, 0, 0>(d, sm90::smem_desc(w + 32 * i, 16, 1024), sm90::smem_desc(st + 32 * i, 16, 1024));
+      sm90::wgmma_commit();
+      /* two stages of wgmmas stay in flight while the next stage is dequantized; stage g − 2
+       * has retired: its slot goes back to the producer */
+      sm90::wgmma_wait<2>();
+      if (kt >= 2 && t == 0) sm90::mbar_arrive(&empty[(g - 2) % STAGES]);
+    }
+    sm90::wgmma_wait<0>();
+    if (t == 0)
+      for (int kt = nk > 2 ? nk - 2 : 0; kt < nk; kt++) sm90::mbar_arrive(&empty[(g - nk + kt) % STAGES]);
+    /* y[m, n] = d at (row n, column m): element 4j + 2h + e is column c + 8h, row 8j + 2q + e */
+    const int m0 = tm * BX + 2 * q, n0 = tn * BW + c;
+#pragma unroll
+    for (int j = 0; j < BX / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int m = m0 + 8 * j + e;
+        if (m >= a.m) continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+          if (n0 + 8 * h < a.n)
+            kiln_store_from_f32(a.y, (int64_t)m * a.y_rs + (int64_t)(n0 + 8 * h) * a.y_cs, a.y_dtype,
+                                d[4 * j + 2 * h + e]);
+      }
+  }
+}
+#endif
+
+} /* namespace w4wg */
+} /* namespace kiln */
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KILN_W4_WG_BODY(bf16, bx) kiln::w4wg::w4_wgmma<bf16, bx>(args, maps);
+#else
+#define KILN_W4_WG_BODY(bf16, bx) __trap(); /* sm_90a only; the host never launches it elsewhere */
+#endif
+#define KILN_W4_WG_ENTRY(name, bf16, bx)                                                                         \
+  extern "C" __global__ void __launch_bounds__(KILN_W4_WG_THREADS, 1)                                             \
+      name(const __grid_constant__ kiln_w4_wgmma_args args, const __grid_constant__ kiln::w4wg::Maps maps) {      \
+    KILN_W4_WG_BODY(bf16, bx)                                                                                     \
+  }
+KILN_W4_WG_ENTRY(kiln_w4a16_wgmma256_f16, false, 256)
+KILN_W4_WG_ENTRY(kiln_w4a16_wgmma256_bf16, true, 256)
+KILN_W4_WG_ENTRY(kiln_w4a16_wgmma128_f16, false, 128)
+KILN_W4_WG_ENTRY(kiln_w4a16_wgmma128_bf16, true, 128)
