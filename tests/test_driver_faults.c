@@ -178,6 +178,39 @@ static void int8_paths(kiln_context *ctx) {
   assert_int_equal(fake("context_depth"), 0);
 }
 
+/* kiln_matmul_int4's and kiln_qkv_project_int4's PREFILL on the fake sm_90 (run in CI, no GPU):
+ * at M = 128 with N = 12288 (96 tiles for the fake's 132 SMs) the one-kernel path (its four TMA
+ * descriptors and its dependent launch, wa16_gpu.c); at N = 96 too few tiles for it, so the
+ * dequantized copy and kiln_matmul; the fused QKV call with three such projections. */
+static void int4_prefill_paths(kiln_context *ctx) {
+  const DLDataType U8 = {kDLUInt, 8, 1}, U32 = {kDLUInt, 32, 1};
+  const int allocations = fake("live_allocations");
+  const int64_t M = 128, K = 64, G = 64, Ns[2] = {12288, 96};
+  DLManagedTensorVersioned *x = empty(ctx, TEST_F16, M, K), *ws = empty(ctx, TEST_F16, K, Ns[0]);
+  for (int i = 0; i < 2; i++) {
+    const int64_t N = Ns[i];
+    DLManagedTensorVersioned *codes = empty(ctx, U32, K / 8, N), *scales = empty(ctx, TEST_F16, K / G, N),
+                             *zeros = empty(ctx, U8, K / G, N), *y = empty(ctx, TEST_F16, M, N);
+    kiln_qweight w = {.k = K, .n = N, .group = G, .codes = codes->dl_tensor.data, .scales = scales->dl_tensor.data,
+                      .zeros = zeros->dl_tensor.data, .perm = NULL, .device = codes->dl_tensor.device};
+    kiln_matmul_int4_opts o = kiln_matmul_int4_opts_default();
+    o.algo = KILN_INT4_PREFILL, o.workspace = ws->dl_tensor.data, o.workspace_bytes = (size_t)(K * Ns[0] * 2);
+    assert_kiln_ok(kiln_matmul_int4(ctx, &x->dl_tensor, &w, &y->dl_tensor, &o, NULL));
+    if (i == 0) {
+      DLManagedTensorVersioned *y2 = empty(ctx, TEST_F16, M, N), *y3 = empty(ctx, TEST_F16, M, N);
+      kiln_qkv_opts q = kiln_qkv_opts_default();
+      q.algo = KILN_QKV_PREFILL, q.workspace = ws->dl_tensor.data, q.workspace_bytes = (size_t)(K * Ns[0] * 2);
+      assert_kiln_ok(kiln_qkv_project_int4(ctx, &x->dl_tensor, &w, &w, &w, &y->dl_tensor, &y2->dl_tensor,
+                                           &y3->dl_tensor, &q, NULL));
+      kiln_tensor_free(y2), kiln_tensor_free(y3);
+    }
+    kiln_tensor_free(codes), kiln_tensor_free(scales), kiln_tensor_free(zeros), kiln_tensor_free(y);
+  }
+  kiln_tensor_free(x), kiln_tensor_free(ws);
+  assert_int_equal(fake("live_allocations"), allocations);
+  assert_int_equal(fake("context_depth"), 0);
+}
+
 /* kiln_attention's forward on the fake sm_90 (run in CI, no GPU): AUTO, FLASH, FLASH_WGMMA and
  * SMEM encode rank-4 TMA maps of q, k, v (B = 1: its normalized stride 0 must become a valid
  * one) and launch a WGMMA kernel (SMEM and AUTO at this length the short-sequence one);
@@ -269,6 +302,7 @@ static void healthy(void) {
   kiln_context *ctx = create_device_0();
   assert_context_usable(ctx, NULL);
   int8_paths(ctx);
+  int4_prefill_paths(ctx);
   attention_paths(ctx);
   CUstream s = NULL;
   assert_kiln_ok(kiln_stream_create(ctx, &s));
