@@ -60,7 +60,7 @@ if [ "${1:-}" = build ]; then
   ladder_step wa16 probe "KILN_WA16_TMA_PROBE=1" .
   # next rung (built, not yet measured): the block's first 1 or 2 rings of weight stages
   # prefetched into L2 before griddepcontrol.wait, while the previous kernel ends
-  for n in 1 2; do ladder_step wa16 l2-ahead$n "KILN_WA16_TMA_L2_AHEAD=$n" 3c5b510 scripts/rungs/wa16-l2-ahead.patch; done
+  for n in 1 2; do ladder_step wa16 l2-ahead$n "KILN_WA16_TMA_L2_AHEAD=$n" 5ce1882 scripts/rungs/wa16-l2-ahead.patch; done
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
