@@ -1,0 +1,32 @@
+#!/bin/bash
+# The one-kernel int4 PREFILL ladder (kernels/w4_prefill_sm90.cu; docs/performance.md, "PREFILL in
+# one kernel"), on the GPU machine: the same benchmarks for each build given, side by side:
+#   scripts/w4-prefill-ladder.sh build-ladder/slim/main build-ladder/slim/w4p-p1 ...
+# Rung builds (here, before the GPU call; slim kiln-bench builds under build-ladder/slim/w4p-*):
+#   scripts/w4-prefill-ladder.sh build [NAME...]
+# p1: fragments dequantized in registers for wgmma's register A operand (wait_group 0, as ptxas
+#   serializes otherwise); p2: consumers dequantize into shared memory, one stage in flight; p3:
+#   the producer warpgroup dequantizes; p5: p3 with non-blocking copies and 136 / 184 registers;
+#   main (p4): p2 with two stages in flight. copy: main with the one-kernel path off (the
+#   dequantized copy + kiln_matmul everywhere).
+set -u
+if [ "${1:-}" = build ]; then
+  shift
+  WANT="$*"
+  cd "$(dirname "$0")/.."
+  . scripts/ladder-lib.sh
+  for r in p1-register-a p2-one-in-flight p3-producer p5-producer-nonblocking; do
+    ladder_step w4p "${r%%-*}" "" acc56dc "scripts/rungs/w4-prefill-$r.patch"
+  done
+  ladder_step w4p copy "KILN_W4_WGMMA=0" .
+  exit 0
+fi
+unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
+for b in "$@"; do
+  n=$(basename "$b")
+  echo "== $n"
+  for m in 128 256 512 1024 4096; do timeout 40 "$b/tools/kiln-bench" int4 --shape 4096x12288 --m $m >>"$OUT/w4p-$n.txt" 2>&1; done
+  for m in 256 1024; do timeout 40 "$b/tools/kiln-bench" int4 --shape 4096x4096 --m $m >>"$OUT/w4p-$n.txt" 2>&1; done
+  timeout 60 "$b/tools/kiln-bench" qkv --only int4 --m 512 >>"$OUT/w4p-$n.txt" 2>&1
+  grep -hE "^(qkv|matmul_int4)" "$OUT/w4p-$n.txt" | grep -v "vs 3"
+done
