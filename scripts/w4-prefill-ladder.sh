@@ -9,13 +9,17 @@
 #   the producer warpgroup dequantizes; p5: p3 with non-blocking copies and 136 / 184 registers;
 #   main (p4): p2 with two stages in flight. copy: main with the one-kernel path off (the
 #   dequantized copy + kiln_matmul everywhere).
+# Built, not yet measured: p6, a probe without the per-stage proxy fence (results not
+# guaranteed: it times the fence, MEMBAR.ALL.CTA in SASS); p8, the weight written through the
+# async proxy (st.async, completing on a per-warpgroup mbarrier), so neither the fence nor the
+# warpgroup barrier remains.
 set -u
 if [ "${1:-}" = build ]; then
   shift
   WANT="$*"
   cd "$(dirname "$0")/.."
   . scripts/ladder-lib.sh
-  for r in p1-register-a p2-one-in-flight p3-producer p5-producer-nonblocking; do
+  for r in p1-register-a p2-one-in-flight p3-producer p5-producer-nonblocking p6-nofence-probe p8-st-async; do
     ladder_step w4p "${r%%-*}" "" acc56dc "scripts/rungs/w4-prefill-$r.patch"
   done
   ladder_step w4p copy "KILN_W4_WGMMA=0" .
