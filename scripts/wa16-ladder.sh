@@ -24,8 +24,9 @@
 #   "W8A16 on sm_90a"); probe: main's TMA kernels with consumers that only wait and release.
 #   l2-ahead1 / l2-ahead2 (scripts/rungs/wa16-l2-ahead.patch): with the dependent launch, the
 #   producer first prefetches its first one or two rings of weight stages into L2 (coherent, so
-#   safe before griddepcontrol.wait), hiding the first copies' DRAM latency behind the previous
-#   kernel's end.
+#   safe before griddepcontrol.wait); measured slower (performance.md, "Rung l2-ahead").
+#   w8-bf16-magic (scripts/rungs/wa16-w8-bf16-magic.patch): bf16 int8 weight pairs in 4
+#   instructions instead of 5; built, not yet measured.
 set -u
 if [ "${1:-}" = build ]; then
   shift
@@ -61,6 +62,9 @@ if [ "${1:-}" = build ]; then
   # next rung (built, not yet measured): the block's first 1 or 2 rings of weight stages
   # prefetched into L2 before griddepcontrol.wait, while the previous kernel ends
   for n in 1 2; do ladder_step wa16 l2-ahead$n "KILN_WA16_TMA_L2_AHEAD=$n" 5ce1882 scripts/rungs/wa16-l2-ahead.patch; done
+  # next rung (built, not yet measured): bf16 int8 pairs as (128 + low 7 bits) + (-256 or -128)
+  # in one bf16 add, 4 instructions a pair instead of 5 (both W8A16 kernels, W8C)
+  ladder_step wa16 w8-bf16-magic "" 14990eb scripts/rungs/wa16-w8-bf16-magic.patch
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
@@ -77,6 +81,7 @@ for b in "$@"; do
   timeout 100 "$b/tools/kiln-bench" qkv --quick >"$OUT/qkv-$n.txt" 2>&1
   grep -E "^qkv" "$OUT/qkv-$n.txt" | grep -v M512
   for m in 1 16; do timeout 60 "$b/tools/kiln-bench" qkv --only int8 --m $m >>"$OUT/qkv8-$n.txt" 2>&1; done
+  timeout 60 "$b/tools/kiln-bench" qkv --only int8 --m 1 --dtype bf16 >>"$OUT/qkv8-$n.txt" 2>&1
   grep -E "^qkv" "$OUT/qkv8-$n.txt"
   last=$b
 done
