@@ -427,8 +427,11 @@ KILN_API kiln_status kiln_matmul_int4_workspace_size(kiln_context *ctx, const DL
  * (8 when M <= 8) with tensor cores on the exactly dequantized codes, fp32 sums, deterministic.
  * PREFILL writes w[k, n] = scale · (q − zero), rounded to x's dtype, into the workspace (rows
  * in logical order: act-order undone) and runs kiln_matmul on it: the products use the rounded
- * weights, so its bits differ from DECODE's in the last places (both within SPEC §5). AUTO picks
- * PREFILL for M >= 128 when the workspace suffices. */
+ * weights, so its bits differ from DECODE's in the last places (both within SPEC §5). On sm_90,
+ * where it is the faster PREFILL (M <= 1024, N % 16 == 0, 16-byte aligned buffers and x rows,
+ * no act-order, N wide enough to give most SMs a tile), one kernel dequantizes the same rounded
+ * weights stage by stage in shared memory instead and the workspace is left untouched (it is
+ * still required). AUTO picks PREFILL for M >= 128 when the workspace suffices. */
 KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qweight *w, const DLTensor *y,
                                       const kiln_matmul_int4_opts *opts, CUstream stream);
 
@@ -466,7 +469,9 @@ KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, cons
  * (both within SPEC §5). The projections run in turn, reusing a workspace of the largest
  * weight's size; when q, k and v are adjacent column slices of one row-major buffer and the
  * workspace holds all three weights, they go side by side and one GEMM writes the three (the
- * workspace queries then ask for that size). AUTO picks PREFILL from M = 256 when opts carry a
+ * workspace queries then ask for that size). int4 on sm_90: when all three projections qualify
+ * for kiln_matmul_int4's one-kernel PREFILL (above), each runs it instead, the workspace
+ * untouched. AUTO picks PREFILL from M = 256 when opts carry a
  * workspace, else DECODE. int8 weights are fastest column-major with 8-byte aligned columns (a
  * Linear weight [N, K] as its transposed view) or row-major with 4-byte aligned rows; other
  * layouts load element by element. */
