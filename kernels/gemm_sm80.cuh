@@ -398,8 +398,19 @@ KILN_DEVICE float to_f32(float v) { return v; }
 KILN_DEVICE float to_f32(__half v) { return __half2float(v); }
 KILN_DEVICE float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-/* Stores the warp's fragments into C (p.m x p.n, row-major: element (row, col) at
- * row·p.c_rs + col; the hosts transpose a column-major C), dtype p.c_dtype. Value turns the
+/* A C with any column stride (below): every GEMM writes C row-major (the hosts transpose a
+ * column-major C), and its epilogue stays exactly that code. */
+struct StridedC {
+  int32_t m, n, c_dtype;
+  int64_t c_rs, c_cs;
+};
+template <class P>
+constexpr bool kStridedC = false;
+template <>
+constexpr bool kStridedC<StridedC> = true;
+
+/* Stores the warp's fragments into C (p.m x p.n: element (row, col) at row·p.c_rs + col, or
+ * + col·p.c_cs for a StridedC), dtype p.c_dtype. Value turns the
  * accumulators into the floats to store, its per-row and per-column work hoisted out of the
  * per-element loop:
  *   Value::row(p, row, in)   -> Value::Row, once per row of the lane (in: row < p.m)
@@ -412,7 +423,9 @@ KILN_DEVICE float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
  * (H200, docs/performance.md). */
 template <class Value, class OUT, int MT, int NT, class Acc, class P>
 KILN_DEVICE void store_tile_as(const Acc (&acc)[MT][NT][4], const P &p, OUT *c, int row0, int col0, int lane) {
-  const bool pair_ok = (uintptr_t)c % (2 * sizeof(OUT)) == 0 && p.c_rs % 2 == 0;
+  int64_t cs = 1; /* C's column stride */
+  if constexpr (kStridedC<P>) cs = p.c_cs;
+  const bool pair_ok = cs == 1 && (uintptr_t)c % (2 * sizeof(OUT)) == 0 && p.c_rs % 2 == 0;
   OUT *crow[MT][2];
   typename Value::Row rv[MT][2];
   bool rin[MT][2];
@@ -436,14 +449,14 @@ KILN_DEVICE void store_tile_as(const Acc (&acc)[MT][NT][4], const P &p, OUT *c, 
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         if (!rin[i][h]) continue;
-        OUT *q = crow[i][h] + col;
+        OUT *q = kStridedC<P> ? crow[i][h] + (int64_t)col * cs : crow[i][h] + col;
         float v0, v1;
         Value::get(p, rv[i][h], cv, q, both, acc[i][j][2 * h], acc[i][j][2 * h + 1], v0, v1);
         if (vec) {
           put2(q, v0, v1);
         } else {
           put(q, v0);
-          if (both) put(q + 1, v1);
+          if (both) put(kStridedC<P> ? q + cs : q + 1, v1);
         }
       }
   }
@@ -490,6 +503,19 @@ struct GemmValue {
     }
   }
 };
+/* StridedC's values: the accumulators as they are. The fused int4 PREFILL
+ * (w4_prefill_sm90.cu) stores its yᵀ tile so, the columns (rows of y) y_rs apart. */
+struct PlainValue {
+  struct Row {};
+  struct Col {};
+  static KILN_DEVICE Row row(const StridedC &, int, bool) { return {}; }
+  static KILN_DEVICE Col col(const StridedC &, int, bool) { return {}; }
+  template <class OUT>
+  static KILN_DEVICE void get(const StridedC &, Row, Col, const OUT *, bool, float a0, float a1, float &v0, float &v1) {
+    v0 = a0, v1 = a1;
+  }
+};
+
 template <int MT, int NT>
 KILN_DEVICE void store_c(const float (&acc)[MT][NT][4], const kiln_gemm_args &p, void *c, int row0, int col0,
                          int lane) {

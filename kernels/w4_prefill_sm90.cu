@@ -165,10 +165,9 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
   }
 
   sm90::consumer_registers();
-  const int cw = wg - 1, warp = t / 32, lane = t % 32, q = lane % 4;
-  const int c = 64 * cw + 16 * warp + lane / 4; /* this thread's first output column of the tile */
+  const int cw = wg - 1, warp = t / 32, lane = t % 32;
   const int r1 = p.group_rows > 1 ? 1 : 0;
-  float d[BX / 2]; /* yᵀ: rows c, c + 8 (weight columns), columns 8j + 2q, +1 (rows of x) */
+  float d[BX / 2]; /* yᵀ: weight columns by rows of x (wgmma's accumulator layout) */
   int g = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     int tm, tn;
@@ -200,20 +199,11 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
     sm90::wgmma_wait<0>();
     if (t == 0)
       for (int kt = nk > 2 ? nk - 2 : 0; kt < nk; kt++) sm90::mbar_arrive(&empty[(g - nk + kt) % STAGES]);
-    /* y[m, n] = d at (row n, column m): element 4j + 2h + e is column c + 8h, row 8j + 2q + e */
-    const int m0 = tm * BX + 2 * q, n0 = tn * BW + c;
-#pragma unroll
-    for (int j = 0; j < BX / 8; j++)
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const int m = m0 + 8 * j + e;
-        if (m >= a.m) continue;
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-          if (n0 + 8 * h < a.n)
-            kiln_store_from_f32(a.y, (int64_t)m * a.y_rs + (int64_t)(n0 + 8 * h) * a.y_cs, a.y_dtype,
-                                d[4 * j + 2 * h + e]);
-      }
+    /* d is yᵀ's 128 x BX tile in the fragment layout of gemm's epilogue: this warp's rows
+     * (weight columns) from 64·cw + 16·warp, its columns the tile's rows of x, y_rs apart */
+    const StridedC out = {a.n, a.m, a.y_dtype, a.y_cs, a.y_rs}; /* m, n, c_dtype, c_rs, c_cs */
+    store_tile<PlainValue>(*reinterpret_cast<float(*)[1][BX / 8][4]>(d), out, a.y, tn * BW + 64 * cw + 16 * warp,
+                           tm * BX, lane);
   }
 }
 #endif
