@@ -46,6 +46,12 @@ kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const 
  * kiln_matmul_int8. An operand TMA can load: 16-byte aligned data, leading dimension and batch
  * stride (the leading dimension also over a dimension of size 1). */
 bool kiln_wgmma_operand_ok(const kiln_matrix *m);
+/* The TMA descriptor of a wgmma operand (name: for the message): dimension 0 is the operand's
+ * contiguous one, dimension 1 the other, dimension 2 the batch (absent when it broadcasts); the
+ * box is 128 bytes (the swizzle width) along dimension 0 and box_outer along dimension 1. Also
+ * x's map of the fused int4 PREFILL (wa16_gpu.c). */
+kiln_status kiln_wgmma_operand_map(const kiln_context *ctx, const char *op, const char *name, const kiln_matrix *m,
+                                   uint32_t box_outer, kiln_tensor_map *map);
 /* The tile width (256, 128 or 64) for an M x N product over `batch` on `sms` SMs. */
 int kiln_wgmma_tile_n(int64_t m, int64_t n, int64_t batch, int sms);
 /* Encodes A's and B's TMA descriptors (boxes for tile width bn, halves of B with a 2-CTA pair)

@@ -270,6 +270,14 @@ static int w4_rows(const kiln_context *ctx, const kiln_int4_args *a) {
   return a->m > 128 && (a->m + 255) / 256 * w4_col_tiles(a) >= (w4_sms(ctx) + 1) / 2 ? 256 : 128;
 }
 
+/* x as the kernel's wgmma B operand: [M][K], k-major (the kiln_matrix view's strides: a single
+ * row's leading dimension already K) */
+static kiln_matrix w4_x(const kiln_int4_args *a) {
+  const DLDataType dt = {.code = a->x_dtype == KILN_DT_BF16 ? kDLBfloat : kDLFloat, .bits = 16, .lanes = 1};
+  return (kiln_matrix){.data = (char *)(uintptr_t)a->x, .dtype = dt, .elem = 2, .batch = 1, .rows = a->m,
+                       .cols = a->k, .bs = 0, .rs = a->x_rs, .cs = a->x_cs};
+}
+
 /* Where the fused kernel runs. TMA needs 16-byte row strides (codes n·4, scales n·2 and zeros n
  * bytes: n % 16 == 0) and 16-byte aligned buffers, x row-major with 16-byte rows; act-order would
  * need a gather of x. And where it is the faster PREFILL (H200, docs/performance.md, "PREFILL in
@@ -278,9 +286,9 @@ static int w4_rows(const kiln_context *ctx, const kiln_int4_args *a) {
  * large M the dequantized copy is a small share of the time while the fused kernel's tensor
  * pipe runs ~61 % busy against the GEMM's ~83 % (M = 1024: 1.03-1.05x; M = 4096: 0.82x). */
 bool kiln_w4_wgmma_fits(const kiln_context *ctx, const kiln_int4_args *a) {
-  if (!KILN_W4_WGMMA || ctx->arch != 90 || a->perm || a->n % 16 || a->x_cs != 1 ||
-      (a->m > 1 && (a->x_rs * 2) % 16) || !aligned16(a->x) || !aligned16(a->codes) || !aligned16(a->scales) ||
-      !aligned16(a->zeros))
+  const kiln_matrix x = w4_x(a);
+  if (!KILN_W4_WGMMA || ctx->arch != 90 || a->perm || a->n % 16 || x.cs != 1 || !kiln_wgmma_operand_ok(&x) ||
+      !aligned16(a->codes) || !aligned16(a->scales) || !aligned16(a->zeros))
     return false;
   const int bx = w4_rows(ctx, a);
   return a->m <= 1024 && (a->m + bx - 1) / bx * w4_col_tiles(a) * 10 >= w4_sms(ctx) * 7;
@@ -291,16 +299,13 @@ kiln_status kiln_w4_wgmma(const kiln_context *ctx, const char *op, const kiln_in
   const int bx = w4_rows(ctx, a);
   const kiln_w4_wgmma_args args = {.a = *a, .group_rows = a->group == 32 && groups > 1 ? 2 : 1};
   kiln_tensor_map maps[4]; /* x, codes, scales, zeros (kernels/w4_prefill_sm90.cu, Maps) */
+  const kiln_matrix x = w4_x(a);
   const uint64_t n = (uint64_t)a->n;
-  const uint64_t xdims[2] = {(uint64_t)a->k, (uint64_t)a->m},
-                 xstride[1] = {a->m > 1 ? (uint64_t)a->x_rs * 2 : ((uint64_t)a->k * 2 + 15) & ~15ull};
   const uint64_t cdims[2] = {n, (uint64_t)a->k / 8}, cstride[1] = {n * 4};
   const uint64_t gdims[2] = {n, (uint64_t)groups}, sstride[1] = {n * 2}, zstride[1] = {n};
-  const uint32_t xbox[2] = {64, (uint32_t)bx}, cbox[2] = {KILN_W4_WG_COLS, 8},
-                 gbox[2] = {KILN_W4_WG_COLS, (uint32_t)args.group_rows};
-  const int xtype = a->x_dtype == KILN_DT_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const uint32_t cbox[2] = {KILN_W4_WG_COLS, 8}, gbox[2] = {KILN_W4_WG_COLS, (uint32_t)args.group_rows};
   kiln_status st;
-  if ((st = kiln_tma_map(ctx, op, xtype, 2, a->x, xdims, xstride, xbox, CU_TENSOR_MAP_SWIZZLE_128B, &maps[0])) ||
+  if ((st = kiln_wgmma_operand_map(ctx, op, "x", &x, (uint32_t)bx, &maps[0])) ||
       (st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, a->codes, cdims, cstride, cbox,
                          CU_TENSOR_MAP_SWIZZLE_NONE, &maps[1])) ||
       (st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, a->scales, gdims, sstride, gbox,

@@ -31,11 +31,8 @@ kiln_status kiln_tma_map(const kiln_context *ctx, const char *op, int type, uint
   return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
 }
 
-/* A TMA descriptor for one operand: dimension 0 is the operand's contiguous one, dimension 1 the
- * other, dimension 2 the batch (absent when the operand broadcasts). The box is 128 bytes (the
- * swizzle width) along dimension 0 and box_outer along dimension 1. */
-static kiln_status operand_map(const kiln_context *ctx, const char *op, const char *name, const kiln_matrix *m,
-                               uint32_t box_outer, kiln_tensor_map *map) {
+kiln_status kiln_wgmma_operand_map(const kiln_context *ctx, const char *op, const char *name, const kiln_matrix *m,
+                                   uint32_t box_outer, kiln_tensor_map *map) {
   const bool cols_contiguous = m->cs == 1;
   uint64_t dims[3] = {(uint64_t)(cols_contiguous ? m->cols : m->rows), (uint64_t)(cols_contiguous ? m->rows : m->cols),
                       (uint64_t)m->batch};
@@ -86,8 +83,8 @@ kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kern
   /* a k-major operand is one box of [rows][128 bytes]; an m/n-major one boxes of [64 k][64 mn].
    * A k-major B box covers the tile's columns, or with a pair the half each CTA loads. */
   const uint32_t b_box = b_k ? (uint32_t)(pair ? bn / 2 : bn) : 64;
-  if ((st = operand_map(ctx, op, "A", A, a_k ? KILN_GEMM_WG_BM : 64, &map_a)) ||
-      (st = operand_map(ctx, op, "B", B, b_box, &map_b)))
+  if ((st = kiln_wgmma_operand_map(ctx, op, "A", A, a_k ? KILN_GEMM_WG_BM : 64, &map_a)) ||
+      (st = kiln_wgmma_operand_map(ctx, op, "B", B, b_box, &map_b)))
     return st;
   void *params[] = {args, &map_a, &map_b};
   /* persistent grid: one block (or pair) per work item up to what is resident at once */
