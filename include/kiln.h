@@ -405,7 +405,8 @@ KILN_API kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweig
  * 0..16); on a GPU they are the caller's contract (kiln's importers and quantizer keep it). */
 typedef enum kiln_int4_algo {
   KILN_INT4_AUTO = 0,    /* the CPU path on a CPU context; on a GPU PREFILL for large M when opts
-                          * give enough workspace, else DECODE */
+                          * give enough workspace or sm_90's one-kernel PREFILL (below) takes
+                          * the call, else DECODE */
   KILN_INT4_DECODE = 1,  /* GPU: weight-streaming GEMV-like kernel for small M (decode, M <= ~16) */
   KILN_INT4_PREFILL = 2, /* GPU: the weight dequantized into the workspace, then kiln_matmul (large M) */
 } kiln_int4_algo;
@@ -414,7 +415,7 @@ typedef struct kiln_matmul_int4_opts {
   kiln_int4_algo algo; /* DECODE and PREFILL are GPU algorithms: UNSUPPORTED on a CPU context */
   void *workspace;     /* PREFILL: device memory of the context's device, 256-byte aligned, of at
                         * least kiln_matmul_int4_workspace_size bytes, not overlapping x, y or w;
-                        * NULL: none (AUTO then runs DECODE at every M) */
+                        * NULL: none (AUTO then runs DECODE, or the one-kernel PREFILL) */
   size_t workspace_bytes;
 } kiln_matmul_int4_opts;
 
@@ -431,7 +432,8 @@ KILN_API kiln_status kiln_matmul_int4_workspace_size(kiln_context *ctx, const DL
  * where it is the faster PREFILL (M <= 1024, N % 16 == 0, 16-byte aligned buffers and x rows,
  * no act-order, N wide enough to give most SMs a tile), one kernel dequantizes the same rounded
  * weights stage by stage in shared memory instead and the workspace is left untouched (it is
- * still required). AUTO picks PREFILL for M >= 128 when the workspace suffices. */
+ * still required for an explicit PREFILL). AUTO picks PREFILL for M >= 128 when the workspace
+ * suffices or, without one, when the one-kernel PREFILL takes the call. */
 KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qweight *w, const DLTensor *y,
                                       const kiln_matmul_int4_opts *opts, CUstream stream);
 
@@ -472,7 +474,7 @@ KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, cons
  * workspace queries then ask for that size). int4 on sm_90: when all three projections qualify
  * for kiln_matmul_int4's one-kernel PREFILL (above), each runs it instead, the workspace
  * untouched. AUTO picks PREFILL from M = 256 when opts carry a
- * workspace, else DECODE. int8 weights are fastest column-major with 8-byte aligned columns (a
+ * workspace, or (int4) when that one-kernel PREFILL takes all three, else DECODE. int8 weights are fastest column-major with 8-byte aligned columns (a
  * Linear weight [N, K] as its transposed view) or row-major with 4-byte aligned rows; other
  * layouts load element by element. */
 typedef enum kiln_qkv_algo {

@@ -178,30 +178,51 @@ static void int8_paths(kiln_context *ctx) {
   assert_int_equal(fake("context_depth"), 0);
 }
 
-/* kiln_matmul_int4's and kiln_qkv_project_int4's PREFILL on the fake sm_90 (run in CI, no GPU):
- * at M = 128 with N = 12288 (96 tiles for the fake's 132 SMs) the one-kernel path (its four TMA
- * descriptors and its dependent launch, wa16_gpu.c); at N = 96 too few tiles for it, so the
- * dequantized copy and kiln_matmul; the fused QKV call with three such projections. */
+/* kiln_matmul_int4's and kiln_qkv_project_int4's PREFILL on the fake sm_90 (run in CI, no GPU),
+ * told apart by the TMA descriptors a call encodes: at M = 128 with N = 12288 (96 tiles for the
+ * fake's 132 SMs) the one-kernel path (four: x, codes, scales, zeros; wa16_gpu.c), with the
+ * workspace or, under AUTO, without one; at N = 96 too few tiles for it, so the dequantized copy
+ * and kiln_matmul's WGMMA (two), and AUTO without a workspace DECODE (none at M > 8); the fused
+ * QKV call with three such projections (twelve), explicit or AUTO without a workspace at
+ * M = 256. */
 static void int4_prefill_paths(kiln_context *ctx) {
   const DLDataType U8 = {kDLUInt, 8, 1}, U32 = {kDLUInt, 32, 1};
   const int allocations = fake("live_allocations");
-  const int64_t M = 128, K = 64, G = 64, Ns[2] = {12288, 96};
-  DLManagedTensorVersioned *x = empty(ctx, TEST_F16, M, K), *ws = empty(ctx, TEST_F16, K, Ns[0]);
+  const int64_t K = 64, G = 64, Ns[2] = {12288, 96};
+  DLManagedTensorVersioned *x = empty(ctx, TEST_F16, 256, K), *ws = empty(ctx, TEST_F16, K, Ns[0]);
   for (int i = 0; i < 2; i++) {
     const int64_t N = Ns[i];
     DLManagedTensorVersioned *codes = empty(ctx, U32, K / 8, N), *scales = empty(ctx, TEST_F16, K / G, N),
-                             *zeros = empty(ctx, U8, K / G, N), *y = empty(ctx, TEST_F16, M, N);
+                             *zeros = empty(ctx, U8, K / G, N), *y = empty(ctx, TEST_F16, 256, N);
+    /* x and y as their first 128 rows */
+    int64_t shape128[2] = {128, K}, yshape128[2] = {128, N};
+    DLTensor x128 = x->dl_tensor, y128 = y->dl_tensor;
+    x128.shape = shape128, y128.shape = yshape128;
     kiln_qweight w = {.k = K, .n = N, .group = G, .codes = codes->dl_tensor.data, .scales = scales->dl_tensor.data,
                       .zeros = zeros->dl_tensor.data, .perm = NULL, .device = codes->dl_tensor.device};
     kiln_matmul_int4_opts o = kiln_matmul_int4_opts_default();
     o.algo = KILN_INT4_PREFILL, o.workspace = ws->dl_tensor.data, o.workspace_bytes = (size_t)(K * Ns[0] * 2);
-    assert_kiln_ok(kiln_matmul_int4(ctx, &x->dl_tensor, &w, &y->dl_tensor, &o, NULL));
+    int maps = fake("tensor_maps");
+    assert_kiln_ok(kiln_matmul_int4(ctx, &x128, &w, &y128, &o, NULL));
+    assert_int_equal(fake("tensor_maps") - maps, i == 0 ? 4 : 2);
+    maps = fake("tensor_maps");
+    assert_kiln_ok(kiln_matmul_int4(ctx, &x128, &w, &y128, NULL, NULL)); /* AUTO, no workspace */
+    assert_int_equal(fake("tensor_maps") - maps, i == 0 ? 4 : 0);
     if (i == 0) {
-      DLManagedTensorVersioned *y2 = empty(ctx, TEST_F16, M, N), *y3 = empty(ctx, TEST_F16, M, N);
+      DLManagedTensorVersioned *y2 = empty(ctx, TEST_F16, 256, N), *y3 = empty(ctx, TEST_F16, 256, N);
       kiln_qkv_opts q = kiln_qkv_opts_default();
       q.algo = KILN_QKV_PREFILL, q.workspace = ws->dl_tensor.data, q.workspace_bytes = (size_t)(K * Ns[0] * 2);
+      maps = fake("tensor_maps");
+      DLTensor y2_128 = y2->dl_tensor, y3_128 = y3->dl_tensor;
+      y2_128.shape = y3_128.shape = yshape128;
+      assert_kiln_ok(kiln_qkv_project_int4(ctx, &x128, &w, &w, &w, &y128, &y2_128, &y3_128, &q, NULL));
+      assert_int_equal(fake("tensor_maps") - maps, 12);
+      /* AUTO without a workspace: the one-kernel path from M = 256 (at M = 256 the 256-row
+       * tiles leave 48 of 132 SMs a tile per projection, so 128-row ones: 192) */
+      maps = fake("tensor_maps");
       assert_kiln_ok(kiln_qkv_project_int4(ctx, &x->dl_tensor, &w, &w, &w, &y->dl_tensor, &y2->dl_tensor,
-                                           &y3->dl_tensor, &q, NULL));
+                                           &y3->dl_tensor, NULL, NULL));
+      assert_int_equal(fake("tensor_maps") - maps, 12);
       kiln_tensor_free(y2), kiln_tensor_free(y3);
     }
     kiln_tensor_free(codes), kiln_tensor_free(scales), kiln_tensor_free(zeros), kiln_tensor_free(y);

@@ -145,7 +145,8 @@ typedef struct icase {
   DLDataType x, y;
   int x_layout, y_layout; /* ROW or COL */
   int64_t x_pad;          /* extra elements per leading dimension of x */
-  int prefill;            /* 1: algo PREFILL with a workspace, 2: AUTO with a workspace */
+  int prefill;            /* 1: algo PREFILL with a workspace, 2: AUTO with a workspace, 3: AUTO
+                           * without one, where the one-kernel PREFILL takes the call */
 } icase;
 
 static int run_case(const icase *c) {
@@ -165,7 +166,8 @@ static int run_case(const icase *c) {
   gmat_up(&gx, &x), gmat_up(&gy, &y), gweight_up(&gw, &w.q);
   kiln_matmul_int4_opts opts = kiln_matmul_int4_opts_default();
   DLManagedTensorVersioned *ws = NULL;
-  if (c->prefill) {
+  if (c->prefill == 3) opts.algo = KILN_INT4_AUTO;
+  if (c->prefill == 1 || c->prefill == 2) {
     size_t bytes = 0;
     assert_kiln_ok(kiln_matmul_int4_workspace_size(g_ctx, &gx.t, &gw.q, &gy.t, &bytes));
     assert_int_equal(bytes, (size_t)(c->K * c->N * 2));
@@ -754,8 +756,9 @@ static void prefill(void **state) {
  * the tiles fill half the SMs), every group size (G = 32 with 1, 3 and 10 groups, so a stage's
  * second group row is absent, past K, or present; G = K = 200, a K that ends inside a stage),
  * ragged column and row tiles, both activation dtypes, every output dtype, column-major y,
- * padded x, explicit and AUTO; then the fused QKV call with three such projections (M = 128,
- * one output column-major). Against float64 on the weights rounded to x's dtype. */
+ * padded x, explicit and AUTO (with a workspace and without); then the fused QKV call with
+ * three such projections (M = 128, explicit; M = 256, AUTO without a workspace). Against
+ * float64 on the weights rounded to x's dtype. */
 static void prefill_fused(void **state) {
   (void)state;
   const icase cs[] = {
@@ -767,6 +770,8 @@ static void prefill_fused(void **state) {
       {200, 96, 6160, 32, 1, 0, TEST_BF16, TEST_F16, ROW, ROW, 0, 1},
       {1024, 128, 3072, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 2},
       {1000, 128, 3088, 128, 1, 0, TEST_F16, TEST_F16, ROW, COL, 16, 2},
+      {300, 320, 6160, 32, 1, 0, TEST_BF16, TEST_F16, ROW, ROW, 0, 3},
+      {256, 64, 12288, 64, 0, 0, TEST_F16, TEST_BF16, ROW, COL, 0, 3},
   };
   run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
   const int64_t N[3] = {12288, 12304, 12288}, G[3] = {64, 32, 64};
@@ -790,6 +795,17 @@ static void prefill_fused(void **state) {
     qkv_check(&f, i, &f.y[i], 1, what);
   }
   kiln_tensor_free(ws);
+  qkv_free(&f);
+  /* AUTO without a workspace from M = 256: the same path */
+  qkv_setup_shape(&f, 256, 64, N, G, false, TEST_BF16, TEST_F32);
+  qkv_call(&f, NULL);
+  for (int i = 0; i < 3; i++) {
+    char what[120];
+    snprintf(what, sizeof what, "qkv AUTO without workspace (one kernel each) M256 projection %d (N %" PRId64 ")", i,
+             f.N[i]);
+    gmat_down(&f.gy[i], &f.y[i]);
+    qkv_check(&f, i, &f.y[i], 1, what);
+  }
   qkv_free(&f);
 }
 

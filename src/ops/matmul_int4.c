@@ -268,7 +268,11 @@ kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qw
     if ((st = kiln_check_int4_weight_values(op, "w", w))) return st;
     return kiln_cpu_matmul_int4(op, &args);
   }
-  if (algo == KILN_INT4_PREFILL) return kiln_int4_prefill_gpu(ctx, op, x, &args, y, o.workspace, stream);
+  /* AUTO without the workspace: PREFILL all the same where its one-kernel path (which needs none)
+   * takes the shape; DECODE there is 2.9x slower (4096 x 12288, M = 256 on the H200: 178 against
+   * 61 µs; docs/performance.md, "PREFILL in one kernel"). */
+  const bool fused = o.algo == KILN_INT4_AUTO && X.rows >= 128 && kiln_w4_wgmma_fits(ctx, &args);
+  if (algo == KILN_INT4_PREFILL || fused) return kiln_int4_prefill_gpu(ctx, op, x, &args, y, o.workspace, stream);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
   st = kiln_matmul_int4_gpu(ctx, op, &args, stream);

@@ -175,18 +175,24 @@ static kiln_status gemm(const kiln_context *ctx, const char *op, const kiln_matr
   return KILN_OK;
 }
 
+/* int4 PREFILL on sm_90a: each projection in one kernel, the workspace unused (kiln_w4_wgmma),
+ * when that path takes all three; a: the projections as kiln_matmul_int4's arguments. */
+static bool w4_fused(const kiln_context *ctx, const kiln_qkv_args *args, kiln_int4_args a[3]) {
+  bool fits = true;
+  for (int i = 0; i < 3; i++) {
+    kiln_qkv_proj_as_int4(args, i, &a[i]);
+    fits = fits && (a[i].n == 0 || kiln_w4_wgmma_fits(ctx, &a[i]));
+  }
+  return fits;
+}
+
 static kiln_status prefill(const kiln_context *ctx, const char *op, DLDevice dev, const kiln_matrix *X,
                            const kiln_matrix Y[3], const kiln_qkv_args *args, bool int8, bool merged, void *ws,
                            CUstream stream) {
   kiln_status st = KILN_OK;
-  if (!int8) { /* sm_90a: each projection in one kernel, the workspace unused (kiln_w4_wgmma) */
+  if (!int8) {
     kiln_int4_args a[3];
-    bool fits = true;
-    for (int i = 0; i < 3; i++) {
-      kiln_qkv_proj_as_int4(args, i, &a[i]);
-      fits = fits && (a[i].n == 0 || kiln_w4_wgmma_fits(ctx, &a[i]));
-    }
-    if (fits) {
+    if (w4_fused(ctx, args, a)) {
       kiln_ctx_scope scope;
       if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
       for (int i = 0; i < 3 && !st; i++)
@@ -425,6 +431,12 @@ kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const ki
     p->perm = w[i]->perm;
     p->group = (int32_t)w[i]->group;
   }
-  if (algo == KILN_QKV_PREFILL) return prefill(ctx, op, x->device, &X, Y, &args, false, merged, opts->workspace, stream);
+  /* AUTO without the workspace: PREFILL all the same where the one-kernel path (which needs none)
+   * takes all three projections, from kiln_w16_prefill_plan's M = 256 */
+  kiln_int4_args a[3];
+  const bool fused = ctx->device_type != kDLCPU && (!opts || opts->algo == KILN_QKV_AUTO) && X.rows >= 256 &&
+                     w4_fused(ctx, &args, a);
+  if (algo == KILN_QKV_PREFILL || fused)
+    return prefill(ctx, op, x->device, &X, Y, &args, false, merged, opts ? opts->workspace : NULL, stream);
   return run(ctx, op, &args, false, stream);
 }

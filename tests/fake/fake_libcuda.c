@@ -81,7 +81,7 @@ static size_t memory_limit(void) { return is_mode("oom") ? FAKE_OOM_MEMORY : FAK
 
 /* Everything below is guarded by one lock (kiln may call from several threads). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int initialized, primary_retains, library_loads, live_libraries, live_streams, live_events;
+static int initialized, primary_retains, library_loads, live_libraries, live_streams, live_events, tensor_maps;
 
 /* Device allocations: a list of (pointer, size). */
 typedef struct allocation {
@@ -489,10 +489,8 @@ static CUresult occupancy_clusters(int *clusters, void *fn, const void *config) 
 static CUresult fake_occupancy_clusters(int *clusters, void *fn, const void *config) {
   LOCKED(occupancy_clusters(clusters, fn, config));
 }
-static CUresult fake_tensor_map_encode(void *map, int dtype, uint32_t rank, void *address, const uint64_t *dims,
-                                       const uint64_t *strides, const uint32_t *box, const uint32_t *element_strides,
-                                       int interleave, int swizzle, int l2, int oob) {
-  (void)dtype, (void)interleave, (void)swizzle, (void)l2, (void)oob;
+static CUresult tensor_map_encode(void *map, uint32_t rank, void *address, const uint64_t *dims,
+                                  const uint64_t *strides, const uint32_t *box, const uint32_t *element_strides) {
   if (!map || rank < 1 || rank > 5 || !address || !dims || (rank > 1 && !strides) || !box || !element_strides)
     return E_INVALID_VALUE;
   for (uint32_t i = 0; i + 1 < rank; i++) /* TMA strides: non-zero multiples of 16 bytes below 2^40 */
@@ -501,7 +499,14 @@ static CUresult fake_tensor_map_encode(void *map, int dtype, uint32_t rank, void
     if (box[i] == 0 || box[i] > 256 || dims[i] == 0) return E_INVALID_VALUE;
   memset(map, 0, 128);
   memcpy(map, &address, sizeof address);
+  tensor_maps++;
   return OK;
+}
+static CUresult fake_tensor_map_encode(void *map, int dtype, uint32_t rank, void *address, const uint64_t *dims,
+                                       const uint64_t *strides, const uint32_t *box, const uint32_t *element_strides,
+                                       int interleave, int swizzle, int l2, int oob) {
+  (void)dtype, (void)interleave, (void)swizzle, (void)l2, (void)oob;
+  LOCKED(tensor_map_encode(map, rank, address, dims, strides, box, element_strides));
 }
 
 /* ---- cuGetProcAddress ---------------------------------------------------------------------- */
@@ -582,5 +587,7 @@ EXPORT int fake_cuda_primary_retains(void) { return read_counter(&primary_retain
 /* Streams and events created and not destroyed. */
 EXPORT int fake_cuda_live_streams(void) { return read_counter(&live_streams); }
 EXPORT int fake_cuda_live_events(void) { return read_counter(&live_events); }
+/* TMA descriptors encoded (which tells a test the path a call took). */
+EXPORT int fake_cuda_tensor_maps(void) { return read_counter(&tensor_maps); }
 /* Contexts pushed on the calling thread and not popped. */
 EXPORT int fake_cuda_context_depth(void) { return ctx_depth; }
