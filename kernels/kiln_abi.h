@@ -432,7 +432,9 @@ typedef struct kiln_wa16_tma_args {
 #define KILN_W4_WG_STAGE_BYTES(bx)                                                                              \
   (((bx) * 128 + KILN_W4_WG_W_BYTES + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES + KILN_W4_WG_ZERO_BYTES + \
     1023) / 1024 * 1024)
+#ifndef KILN_W4_WG_STAGES /* tuning (scripts/w4-prefill-ladder.sh): 6 fit only 128-row tiles */
 #define KILN_W4_WG_STAGES 4
+#endif
 #define KILN_W4_WG_THREADS 384
 #define KILN_W4_WG_SMEM_BYTES(bx) (1024 + KILN_W4_WG_STAGES * (KILN_W4_WG_STAGE_BYTES(bx) + 16))
 typedef struct kiln_w4_wgmma_args {
