@@ -21,17 +21,6 @@ namespace attn {
 
 constexpr int THREADS = KILN_ATTN_THREADS;
 
-template <bool BF16>
-KILN_DEVICE uint32_t pack2(float lo, float hi) {
-  if (BF16) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-  }
-}
-
 /* Half `hi` (0: low, 1: high) of a pack2 result, back in f32. */
 template <bool BF16>
 KILN_DEVICE float unpack_half(uint32_t v, int hi) {

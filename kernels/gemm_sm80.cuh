@@ -394,6 +394,17 @@ KILN_DEVICE void put2(__half *c, float v0, float v1) { *reinterpret_cast<__half2
 KILN_DEVICE void put2(__nv_bfloat16 *c, float v0, float v1) {
   *reinterpret_cast<__nv_bfloat162 *>(c) = __floats2bfloat162_rn(v0, v1);
 }
+/* Two floats rounded (RNE) to one register of 16-bit values, lo in the low half. */
+template <bool BF16>
+KILN_DEVICE uint32_t pack2(float lo, float hi) {
+  if (BF16) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+  }
+}
 KILN_DEVICE float to_f32(float v) { return v; }
 KILN_DEVICE float to_f32(__half v) { return __half2float(v); }
 KILN_DEVICE float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }

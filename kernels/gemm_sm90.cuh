@@ -84,6 +84,14 @@ KILN_DEVICE void named_sync(int id, int count) { asm volatile("bar.sync %0, %1;\
 KILN_DEVICE void named_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+/* Four 8x8 matrices of 16-bit values, each held in mma's accumulator layout (lane l: row l / 4,
+ * columns 2(l % 4) and + 1, packed), stored transposed: row j of matrix i in shared memory (at
+ * the address lane 8i + j gives, 16-byte aligned) is column j of the matrix. */
+KILN_DEVICE void stmatrix_x4_trans(void *row, uint32_t m0, uint32_t m1, uint32_t m2, uint32_t m3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_u32(row)),
+               "r"(m0), "r"(m1), "r"(m2), "r"(m3)
+               : "memory");
+}
 /* TMA tile copy of the box at coordinates (c0 innermost, c1[, c2]) into shared memory. */
 KILN_DEVICE void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2, bool three_d) {
   if (three_d)

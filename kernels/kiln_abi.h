@@ -423,7 +423,8 @@ typedef struct kiln_wa16_tma_args {
  * y^T = W^T · x^T as 128 weight columns x BX rows of x per tile (BX 256 or 128), 64 k a stage.
  * A stage of the ring is x's [BX][64] box and the dequantized weight [128][64] (both 128-byte
  * swizzled), then the codes [8 word rows][128 columns] and 2 rows of scales (f16) and of zeros
- * (u8), rounded up to 1024 bytes; 4 stages, then a full and an empty mbarrier each. */
+ * (u8), rounded up to 1024 bytes; 4 stages, then a full and an empty mbarrier each, then 1 KB
+ * per consumer warp for the epilogue's transposition (32 rows of x x 16 columns, 16-bit). */
 #define KILN_W4_WG_COLS 128
 #define KILN_W4_WG_W_BYTES (KILN_W4_WG_COLS * 128)
 #define KILN_W4_WG_CODE_BYTES (8 * KILN_W4_WG_COLS * 4)
@@ -432,11 +433,13 @@ typedef struct kiln_wa16_tma_args {
 #define KILN_W4_WG_STAGE_BYTES(bx)                                                                              \
   (((bx) * 128 + KILN_W4_WG_W_BYTES + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES + KILN_W4_WG_ZERO_BYTES + \
     1023) / 1024 * 1024)
-#ifndef KILN_W4_WG_STAGES /* tuning (scripts/w4-prefill-ladder.sh): 6 fit only 128-row tiles */
+#ifndef KILN_W4_WG_STAGES /* tuning (scripts/w4-prefill-ladder.sh): 5 fit only 128-row tiles */
 #define KILN_W4_WG_STAGES 4
 #endif
 #define KILN_W4_WG_THREADS 384
-#define KILN_W4_WG_SMEM_BYTES(bx) (1024 + KILN_W4_WG_STAGES * (KILN_W4_WG_STAGE_BYTES(bx) + 16))
+#define KILN_W4_WG_EPI_BYTES (8 * 1024)
+#define KILN_W4_WG_SMEM_BYTES(bx) \
+  (1024 + KILN_W4_WG_STAGES * (KILN_W4_WG_STAGE_BYTES(bx) + 16) + KILN_W4_WG_EPI_BYTES)
 typedef struct kiln_w4_wgmma_args {
   kiln_int4_args a;
   int32_t group_rows; /* rows of a stage's scales and zeros boxes: 2 when G = 32, else 1 */

@@ -103,13 +103,63 @@ KILN_DEVICE void dequant_stage(uint8_t *wa, const uint8_t *st, int col, int t, i
   const uint16_t *scales = reinterpret_cast<const uint16_t *>(st + KILN_W4_WG_CODE_BYTES);
   const uint8_t *zeros = st + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES;
   const int r = t % 64, c = col + r;
+  /* Every load first: the compiler may not move a load of the stage's codes above a store of
+   * the weight (both shared memory, not provably apart), and one word at a time, load, ~20
+   * dependent instructions, store, four times over, was ~58 % of a consumer warp's time: the
+   * warpgroup issues a stage's wgmmas only after its dequantization, so that chain, not the
+   * tensor pipe, set the time of a stage (Nsight Compute, H200: tensor pipe 63 % busy). */
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) w[i] = codes[(t / 64 + 2 * i) * BW + c];
   const uint16_t s0 = scales[c], s1 = scales[r1 * BW + c];
   const uint32_t z0 = zeros[c], z1 = zeros[r1 * BW + c];
+  uint4 v[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) v[i] = dequant_word<BF16>(w[i], i < 2 ? s0 : s1, i < 2 ? z0 : z1);
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const int j = t / 64 + 2 * i;
-    const uint4 v = dequant_word<BF16>(codes[j * BW + c], i < 2 ? s0 : s1, i < 2 ? z0 : z1);
-    *reinterpret_cast<uint4 *>(wa + r * 128 + ((j ^ (r % 8)) << 4)) = v;
+    *reinterpret_cast<uint4 *>(wa + r * 128 + ((j ^ (r % 8)) << 4)) = v[i];
+  }
+}
+
+/* The epilogue where y is row-major with 16-byte aligned rows and a 16-bit dtype (OUT_BF16):
+ * yᵀ's fragments leave through shared memory, transposed, as whole 32-byte sectors of y's rows.
+ * Stored straight from the accumulator layout, a lane holds two rows of yᵀ (columns of y, 16
+ * bytes apart in y) by pairs of rows of y, so every 2-byte store touched a different sector:
+ * 128 stores a thread, half of each sector wasted, ~13 % of a consumer warp's time with the
+ * tensor pipe idle (Nsight Compute, H200, M 1024 x 4096 x 12288). Here, per 32 rows of x, the
+ * warp's 16 x 32 fragment goes into `stage` (its own 1 KB) by two stmatrix.trans, row m of x
+ * as 32 bytes (its 16 columns of y; the two 16-byte halves swapped in rows with m % 8 >= 4, so
+ * the 8 rows of a matrix and the reads below hit distinct banks), then two lanes a row store it
+ * with two 16-byte stores. y: element (0, n0) of y, n0 this warp's first column (all 16 exist:
+ * N % 16 == 0), or NULL when they do not; rows: the rows of x from the tile's first (may
+ * exceed BX). Warp-synchronous. */
+template <bool OUT_BF16, int BX>
+KILN_DEVICE void store_yt_rows(const float (&d)[BX / 2], uint8_t *stage, char *y, int64_t y_rs, int rows, int lane) {
+#pragma unroll
+  for (int c = 0; c < BX / 32; c++) {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      /* matrix i of the instruction: j = 4c + 2·half + i / 2 (rows 8j.. of x), h = i % 2 (columns
+       * 8h.. of the warp's 16) */
+      uint32_t f[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int j = 4 * c + 2 * half + i / 2, h = i % 2;
+        f[i] = pack2<OUT_BF16>(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+      }
+      const int i = lane / 8, m = 8 * (2 * half + i / 2) + lane % 8, h = i % 2;
+      sm90::stmatrix_x4_trans(stage + m * 32 + ((h ^ ((m >> 2) & 1)) * 16), f[0], f[1], f[2], f[3]);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+      const int m = lane / 2 + 16 * p, h = lane % 2;
+      const uint4 v = *reinterpret_cast<const uint4 *>(stage + m * 32 + ((h ^ ((m >> 2) & 1)) * 16));
+      if (y && 32 * c + m < rows) *reinterpret_cast<uint4 *>(y + ((int64_t)(32 * c + m) * y_rs + 8 * h) * 2) = v;
+    }
+    __syncwarp(); /* the stage's reads done before the next rows overwrite it */
   }
 }
 
@@ -166,6 +216,9 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
 
   sm90::consumer_registers();
   const int cw = wg - 1, warp = t / 32, lane = t % 32;
+  /* y row-major, 16-byte rows, 16-bit: the epilogue through shared memory (store_yt_rows) */
+  const bool rows16 = a.y_dtype != KILN_DT_F32 && a.y_cs == 1 && a.y_rs % 8 == 0 && (uintptr_t)a.y % 16 == 0;
+  uint8_t *epi = reinterpret_cast<uint8_t *>(empty + STAGES) + 1024 * (4 * cw + warp);
   const int r1 = p.group_rows > 1 ? 1 : 0;
   float d[BX / 2]; /* yᵀ: weight columns by rows of x (wgmma's accumulator layout) */
   int g = 0;
@@ -200,10 +253,18 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
     if (t == 0)
       for (int kt = nk > 2 ? nk - 2 : 0; kt < nk; kt++) sm90::mbar_arrive(&empty[(g - nk + kt) % STAGES]);
     /* d is yᵀ's 128 x BX tile in the fragment layout of gemm's epilogue: this warp's rows
-     * (weight columns) from 64·cw + 16·warp, its columns the tile's rows of x, y_rs apart */
-    const StridedC out = {a.n, a.m, a.y_dtype, a.y_cs, a.y_rs}; /* m, n, c_dtype, c_rs, c_cs */
-    store_tile<PlainValue>(*reinterpret_cast<float(*)[1][BX / 8][4]>(d), out, a.y, tn * BW + 64 * cw + 16 * warp,
-                           tm * BX, lane);
+     * (weight columns) from n0, its columns the tile's rows of x, y_rs apart */
+    const int n0 = tn * BW + 64 * cw + 16 * warp;
+    if (rows16) {
+      char *y = n0 < a.n ? (char *)a.y + ((int64_t)tm * BX * a.y_rs + n0) * 2 : nullptr;
+      if (a.y_dtype == KILN_DT_BF16)
+        store_yt_rows<true, BX>(d, epi, y, a.y_rs, a.m - tm * BX, lane);
+      else
+        store_yt_rows<false, BX>(d, epi, y, a.y_rs, a.m - tm * BX, lane);
+    } else {
+      const StridedC out = {a.n, a.m, a.y_dtype, a.y_cs, a.y_rs}; /* m, n, c_dtype, c_rs, c_cs */
+      store_tile<PlainValue>(*reinterpret_cast<float(*)[1][BX / 8][4]>(d), out, a.y, n0, tm * BX, lane);
+    }
   }
 }
 #endif

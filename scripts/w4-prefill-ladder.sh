@@ -25,8 +25,8 @@ if [ "${1:-}" = build ]; then
   ladder_step w4p copy "KILN_W4_WGMMA=0" .
   # prefetch depth: 128-row tiles with main's 4 stages and with 6 (a stage's TMA copies leave
   # one stage ahead of its use with 4, three with 6)
-  ladder_step w4p bx128 "KILN_W4_WG_BX=128" .
-  ladder_step w4p bx128-s6 "KILN_W4_WG_BX=128;KILN_W4_WG_STAGES=6" .
+  ladder_step w4p bx128 "KILN_W4_WG_BX=128" 674c930
+  ladder_step w4p bx128-s6 "KILN_W4_WG_BX=128;KILN_W4_WG_STAGES=6" 674c930
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
