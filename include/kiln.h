@@ -429,8 +429,8 @@ KILN_API kiln_status kiln_matmul_int4_workspace_size(kiln_context *ctx, const DL
  * PREFILL writes w[k, n] = scale · (q − zero), rounded to x's dtype, into the workspace (rows
  * in logical order: act-order undone) and runs kiln_matmul on it: the products use the rounded
  * weights, so its bits differ from DECODE's in the last places (both within SPEC §5). On sm_90,
- * where it is the faster PREFILL (M <= 1024, N % 16 == 0, 16-byte aligned buffers and x rows,
- * no act-order, N wide enough to give most SMs a tile), one kernel dequantizes the same rounded
+ * where it is the faster PREFILL (N % 16 == 0, 16-byte aligned buffers and x rows, no
+ * act-order, M and N large enough to give most SMs a tile), one kernel dequantizes the same rounded
  * weights stage by stage in shared memory instead and the workspace is left untouched (it is
  * still required for an explicit PREFILL). AUTO picks PREFILL for M >= 128 when the workspace
  * suffices or, without one, when the one-kernel PREFILL takes the call. */

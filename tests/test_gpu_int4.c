@@ -147,6 +147,7 @@ typedef struct icase {
   int64_t x_pad;          /* extra elements per leading dimension of x */
   int prefill;            /* 1: algo PREFILL with a workspace, 2: AUTO with a workspace, 3: AUTO
                            * without one, where the one-kernel PREFILL takes the call */
+  int y_rows16;           /* y's rows padded by 8 elements instead of 3 (16-byte rows at N % 8 == 0) */
 } icase;
 
 static int run_case(const icase *c) {
@@ -159,7 +160,7 @@ static int run_case(const icase *c) {
   tq_make(&w, c->K, c->N, c->G, c->sym, c->perm);
   tmat x, y;
   tm_init(&x, c->x, 2, 1, c->M, c->K, c->x_layout, c->x_pad, 0, 0);
-  tm_init(&y, c->y, 2, 1, c->M, c->N, c->y_layout, 3, 0, 0);
+  tm_init(&y, c->y, 2, 1, c->M, c->N, c->y_layout, c->y_rows16 ? 8 : 3, 0, 0);
   tm_fill(&x), tm_poison(&y);
   gmat gx, gy;
   gweight gw;
@@ -215,7 +216,7 @@ static void groups_dtypes(void **state) {
       for (int xt = 0; xt < 2; xt++)
         for (int yt = 0; yt < 3; yt++) {
           const DLDataType xd = xt ? TEST_BF16 : TEST_F16, yd = yt == 0 ? TEST_F32 : yt == 1 ? TEST_F16 : TEST_BF16;
-          cs[n++] = (icase){1 + (g + yt) % 4 * 5, 256, 96, groups[g], sym, 0, xd, yd, ROW, ROW, 0, 0};
+          cs[n++] = (icase){1 + (g + yt) % 4 * 5, 256, 96, groups[g], sym, 0, xd, yd, ROW, ROW, 0, 0, 0};
         }
   run_cases(cs, n);
 }
@@ -226,14 +227,14 @@ static void groups_dtypes(void **state) {
 static void ragged_layouts_perm(void **state) {
   (void)state;
   const icase cs[] = {
-      {1, 64, 1, 32, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
-      {3, 40, 33, 40, 0, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
-      {17, 8, 7, 8, 1, 0, TEST_BF16, TEST_F32, ROW, COL, 0, 0},
-      {16, 264, 100, 264, 0, 1, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
-      {64, 128, 130, 64, 1, 1, TEST_BF16, TEST_BF16, ROW, ROW, 3, 0},
-      {33, 192, 64, 32, 0, 0, TEST_F16, TEST_F16, COL, COL, 0, 0},
-      {5, 256, 257, 128, 0, 1, TEST_BF16, TEST_F32, COL, ROW, 1, 0},
-      {100, 128, 40, 128, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 8, 0},
+      {1, 64, 1, 32, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0, 0},
+      {3, 40, 33, 40, 0, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0, 0},
+      {17, 8, 7, 8, 1, 0, TEST_BF16, TEST_F32, ROW, COL, 0, 0, 0},
+      {16, 264, 100, 264, 0, 1, TEST_F16, TEST_F32, ROW, ROW, 0, 0, 0},
+      {64, 128, 130, 64, 1, 1, TEST_BF16, TEST_BF16, ROW, ROW, 3, 0, 0},
+      {33, 192, 64, 32, 0, 0, TEST_F16, TEST_F16, COL, COL, 0, 0, 0},
+      {5, 256, 257, 128, 0, 1, TEST_BF16, TEST_F32, COL, ROW, 1, 0, 0},
+      {100, 128, 40, 128, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 8, 0, 0},
   };
   run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
 }
@@ -243,9 +244,9 @@ static void decode_layer(void **state) {
   (void)state;
   const int64_t S = getenv("KILN_TEST_SANITIZER") ? 512 : 4096;
   const icase cs[] = {
-      {1, S, S, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
-      {16, S, S, 128, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 0, 0},
-      {7, S, S + 8, 64, 0, 1, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
+      {1, S, S, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0, 0},
+      {16, S, S, 128, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 0, 0, 0},
+      {7, S, S + 8, 64, 0, 1, TEST_F16, TEST_F32, ROW, ROW, 0, 0, 0},
   };
   run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
 }
@@ -321,16 +322,16 @@ static void aligned_decode(void **state) {
   (void)state;
   const int64_t S = getenv("KILN_TEST_SANITIZER") ? 1024 : 4096;
   const icase cs[] = {
-      {1, 128, 32, 32, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
-      {2, 128, 64, 64, 0, 0, TEST_BF16, TEST_F16, ROW, ROW, 8, 0},
-      {3, 384, 96, 128, 1, 0, TEST_F16, TEST_BF16, ROW, ROW, 0, 0},
-      {8, 384, 96, 32, 0, 0, TEST_BF16, TEST_F32, ROW, COL, 16, 0},
-      {5, 1024, 160, 64, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 8, 0},
-      {4, 1024, 160, 128, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 0, 0},
-      {1, S, S, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0},
-      {8, S, 256, 32, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
-      {7, 1024, 160, 64, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 1, 0}, /* x rows not 16-byte aligned */
-      {6, 384, 96, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 3, 0},
+      {1, 128, 32, 32, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0, 0},
+      {2, 128, 64, 64, 0, 0, TEST_BF16, TEST_F16, ROW, ROW, 8, 0, 0},
+      {3, 384, 96, 128, 1, 0, TEST_F16, TEST_BF16, ROW, ROW, 0, 0, 0},
+      {8, 384, 96, 32, 0, 0, TEST_BF16, TEST_F32, ROW, COL, 16, 0, 0},
+      {5, 1024, 160, 64, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 8, 0, 0},
+      {4, 1024, 160, 128, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 0, 0, 0},
+      {1, S, S, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0, 0},
+      {8, S, 256, 32, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0, 0},
+      {7, 1024, 160, 64, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 1, 0, 0}, /* x rows not 16-byte aligned */
+      {6, 384, 96, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 3, 0, 0},
   };
   rerun_identical(8, 2048, 512, 64, TEST_BF16);
   run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
@@ -346,27 +347,27 @@ static void decode_edges(void **state) {
   (void)state;
   const bool small = getenv("KILN_TEST_SANITIZER") != NULL;
   const icase cs[] = {
-      {1, 256, 16, 32, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
-      {3, 264, 48, 264, 0, 0, TEST_BF16, TEST_F16, ROW, ROW, 0, 0},
-      {8, 640, 96, 128, 1, 0, TEST_F16, TEST_BF16, ROW, COL, 8, 0},
-      {9, 640, 112, 64, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0},
-      {16, 1152, 64, 32, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 16, 0},
-      {16, 96, 32, 96, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 0, 0},
-      {5, 64, 16, 64, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
-      {2, 16, 16, 16, 0, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0},
-      {1, small ? 4096 : 16384, 64, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0},
-      {4, 512, 8192, 64, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
-      {2, small ? 2048 : 8192, 4352, 32, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0},
-      {12, small ? 1024 : 4096, 4224, 128, 1, 0, TEST_F16, TEST_F32, ROW, COL, 0, 0},
-      {3, 1280, 48, 64, 1, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0}, /* v13: a stage and one unit */
-      {4, 512, 32, 512, 0, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},  /* v13: G = K, two group rows */
+      {1, 256, 16, 32, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0, 0},
+      {3, 264, 48, 264, 0, 0, TEST_BF16, TEST_F16, ROW, ROW, 0, 0, 0},
+      {8, 640, 96, 128, 1, 0, TEST_F16, TEST_BF16, ROW, COL, 8, 0, 0},
+      {9, 640, 112, 64, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0, 0},
+      {16, 1152, 64, 32, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 16, 0, 0},
+      {16, 96, 32, 96, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 0, 0, 0},
+      {5, 64, 16, 64, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0, 0},
+      {2, 16, 16, 16, 0, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 0, 0},
+      {1, small ? 4096 : 16384, 64, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0, 0},
+      {4, 512, 8192, 64, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0, 0},
+      {2, small ? 2048 : 8192, 4352, 32, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0, 0},
+      {12, small ? 1024 : 4096, 4224, 128, 1, 0, TEST_F16, TEST_F32, ROW, COL, 0, 0, 0},
+      {3, 1280, 48, 64, 1, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0, 0}, /* v13: a stage and one unit */
+      {4, 512, 32, 512, 0, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0, 0},  /* v13: G = K, two group rows */
       /* v15: more tiles than two blocks per SM (264 on the H200), so persistent blocks take two
        * tiles each, the ring wrapping across a tile's end; and some blocks two, others one */
-      {3, small ? 1024 : 4096, 12288, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
-      {8, 1024, 9216, 32, 0, 0, TEST_BF16, TEST_F32, ROW, COL, 0, 0},
+      {3, small ? 1024 : 4096, 12288, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0, 0},
+      {8, 1024, 9216, 32, 0, 0, TEST_BF16, TEST_F32, ROW, COL, 0, 0, 0},
       /* M 9..16 (the sm_80 kernel's 16-row blocks; measured on the TMA kernel's row tiles) */
-      {16, 2048, 1024, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0},
-      {10, 1024, 96, 64, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0},
+      {16, 2048, 1024, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 0, 0},
+      {10, 1024, 96, 64, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 0, 0},
   };
   rerun_identical(1, 4096, 4096, 128, TEST_F16);
   rerun_identical(2, 4096, 12288, 64, TEST_BF16);
@@ -740,38 +741,45 @@ static void qkv_int8_tma(void **state) {
 static void prefill(void **state) {
   (void)state;
   const icase cs[] = {
-      {128, 256, 96, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 1},
-      {300, 264, 100, 264, 0, 1, TEST_BF16, TEST_F32, ROW, ROW, 0, 1},
-      {129, 128, 130, 64, 1, 1, TEST_F16, TEST_BF16, COL, COL, 0, 2},
-      {1000, 512, 33, 32, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 5, 2},
-      {5, 128, 64, 128, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 1}, /* explicit PREFILL at small M */
+      {128, 256, 96, 128, 1, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 1, 0},
+      {300, 264, 100, 264, 0, 1, TEST_BF16, TEST_F32, ROW, ROW, 0, 1, 0},
+      {129, 128, 130, 64, 1, 1, TEST_F16, TEST_BF16, COL, COL, 0, 2, 0},
+      {1000, 512, 33, 32, 0, 0, TEST_BF16, TEST_BF16, ROW, ROW, 5, 2, 0},
+      {5, 128, 64, 128, 1, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 1, 0}, /* explicit PREFILL at small M */
   };
   run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
 }
 
 /* PREFILL in one kernel on sm_90a (kernels/w4_prefill_sm90.cu), which takes N % 16 == 0, x rows
- * 16-byte aligned, no act-order, M <= 1024 and tiles for 70 % of the SMs (wa16_gpu.c): every case
- * here has 96-100 tiles of 128 columns on the H200's 132 SMs (elsewhere these run the
+ * 16-byte aligned, no act-order and tiles for 70 % of the SMs (wa16_gpu.c): every case
+ * here has 95-100 tiles of 128 columns on the H200's 132 SMs (elsewhere these run the
  * dequantized copy and kiln_matmul, and pass as well). Both tile heights (128 rows of x; 256 once
  * the tiles fill half the SMs), every group size (G = 32 with 1, 3 and 10 groups, so a stage's
  * second group row is absent, past K, or present; G = K = 200, a K that ends inside a stage),
  * ragged column and row tiles, both activation dtypes, every output dtype, column-major y,
- * padded x, explicit and AUTO (with a workspace and without); then the fused QKV call with
- * three such projections (M = 128, explicit; M = 256, AUTO without a workspace). Against
- * float64 on the weights rounded to x's dtype. */
+ * padded x, y with 16-byte rows (the epilogue through shared memory) or not, explicit and AUTO
+ * (with a workspace and without); then the fused QKV call with three such projections
+ * (M = 128, explicit; M = 256, AUTO without a workspace). Against float64 on the weights
+ * rounded to x's dtype. */
 static void prefill_fused(void **state) {
   (void)state;
   const icase cs[] = {
-      {300, 320, 6160, 32, 0, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 1},
-      {1000, 128, 3072, 64, 1, 0, TEST_BF16, TEST_BF16, ROW, ROW, 8, 2},
-      {257, 200, 6400, 200, 0, 0, TEST_F16, TEST_BF16, ROW, COL, 0, 1},
-      {128, 64, 12288, 64, 1, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 1},
-      {130, 32, 6144, 32, 0, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 2},
-      {200, 96, 6160, 32, 1, 0, TEST_BF16, TEST_F16, ROW, ROW, 0, 1},
-      {1024, 128, 3072, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 2},
-      {1000, 128, 3088, 128, 1, 0, TEST_F16, TEST_F16, ROW, COL, 16, 2},
-      {300, 320, 6160, 32, 1, 0, TEST_BF16, TEST_F16, ROW, ROW, 0, 3},
-      {256, 64, 12288, 64, 0, 0, TEST_F16, TEST_BF16, ROW, COL, 0, 3},
+      {300, 320, 6160, 32, 0, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 1, 0},
+      {1000, 128, 3072, 64, 1, 0, TEST_BF16, TEST_BF16, ROW, ROW, 8, 2, 0},
+      {257, 200, 6400, 200, 0, 0, TEST_F16, TEST_BF16, ROW, COL, 0, 1, 0},
+      {128, 64, 12288, 64, 1, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 1, 0},
+      {130, 32, 6144, 32, 0, 0, TEST_F16, TEST_F32, ROW, ROW, 0, 2, 0},
+      {200, 96, 6160, 32, 1, 0, TEST_BF16, TEST_F16, ROW, ROW, 0, 1, 0},
+      {1024, 128, 3072, 128, 0, 0, TEST_BF16, TEST_F32, ROW, ROW, 0, 2, 0},
+      {1000, 128, 3088, 128, 1, 0, TEST_F16, TEST_F16, ROW, COL, 16, 2, 0},
+      {300, 320, 6160, 32, 1, 0, TEST_BF16, TEST_F16, ROW, ROW, 0, 3, 0},
+      {256, 64, 12288, 64, 0, 0, TEST_F16, TEST_BF16, ROW, COL, 0, 3, 0},
+      /* 16-byte rows of a 16-bit y: the epilogue through shared memory, in chunks of 32 rows of
+       * x (ragged last tiles of 232, 44 and 2 rows) */
+      {1000, 128, 3072, 64, 1, 0, TEST_BF16, TEST_BF16, ROW, ROW, 8, 2, 1},
+      {300, 320, 6160, 32, 0, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 1, 1},
+      {130, 32, 6144, 32, 0, 0, TEST_F16, TEST_BF16, ROW, ROW, 0, 3, 1},
+      {1100, 64, 2432, 64, 0, 0, TEST_F16, TEST_F16, ROW, ROW, 0, 2, 1}, /* M > 1024: 5 x 19 tiles */
   };
   run_cases(cs, (int)(sizeof cs / sizeof cs[0]));
   const int64_t N[3] = {12288, 12304, 12288}, G[3] = {64, 32, 64};

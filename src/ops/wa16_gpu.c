@@ -260,6 +260,12 @@ kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, cons
 #define KILN_W4_WG_BX 0
 #endif
 
+/* Tuning (KILN_TUNE_DEFS): the largest M the fused PREFILL takes (kiln_w4_wgmma_fits; 1024 until
+ * its epilogue went through shared memory) */
+#ifndef KILN_W4_WG_MAX_M
+#define KILN_W4_WG_MAX_M INT32_MAX
+#endif
+
 static int64_t w4_sms(const kiln_context *ctx) { return ctx->info.sm_count > 0 ? ctx->info.sm_count : 1; }
 static int64_t w4_col_tiles(const kiln_int4_args *a) { return (a->n + KILN_W4_WG_COLS - 1) / KILN_W4_WG_COLS; }
 
@@ -282,16 +288,17 @@ static kiln_matrix w4_x(const kiln_int4_args *a) {
  * bytes: n % 16 == 0) and 16-byte aligned buffers, x row-major with 16-byte rows; act-order would
  * need a gather of x. And where it is the faster PREFILL (H200, docs/performance.md, "PREFILL in
  * one kernel"): its tiles are whole columns of K, so it needs tiles for most SMs (64 tiles at
- * 4096 x 4096, M = 256: 0.69x the copy + GEMM; 96 at 4096 x 12288, M = 128: 1.53x), and at
- * large M the dequantized copy is a small share of the time while the fused kernel's tensor
- * pipe runs ~61 % busy against the GEMM's ~83 % (M = 1024: 1.03-1.05x; M = 4096: 0.82x). */
+ * 4096 x 4096, M = 256: 0.69x the copy + GEMM; 96 at 4096 x 12288, M = 128: 1.53x). At any M
+ * since its loads were hoisted and its epilogue went through shared memory (M = 4096 x 4096 x
+ * 12288: 1.06x the copy + GEMM; 2048 and 4096 x 8192 x 28672: 1.04x and 1.00x; before them
+ * 0.82x at M = 4096, hence a bound of 1024 then). */
 bool kiln_w4_wgmma_fits(const kiln_context *ctx, const kiln_int4_args *a) {
   const kiln_matrix x = w4_x(a);
   if (!KILN_W4_WGMMA || ctx->arch != 90 || a->perm || a->n % 16 || x.cs != 1 || !kiln_wgmma_operand_ok(&x) ||
       !aligned16(a->codes) || !aligned16(a->scales) || !aligned16(a->zeros))
     return false;
   const int bx = w4_rows(ctx, a);
-  return a->m <= 1024 && (a->m + bx - 1) / bx * w4_col_tiles(a) * 10 >= w4_sms(ctx) * 7;
+  return a->m <= KILN_W4_WG_MAX_M && (a->m + bx - 1) / bx * w4_col_tiles(a) * 10 >= w4_sms(ctx) * 7;
 }
 
 kiln_status kiln_w4_wgmma(const kiln_context *ctx, const char *op, const kiln_int4_args *a, CUstream stream) {
