@@ -9,10 +9,10 @@
 #   the producer warpgroup dequantizes; p5: p3 with non-blocking copies and 136 / 184 registers;
 #   main (p4): p2 with two stages in flight. copy: main with the one-kernel path off (the
 #   dequantized copy + kiln_matmul everywhere).
-# Built, not yet measured: p6, a probe without the per-stage proxy fence (results not
-# guaranteed: it times the fence, MEMBAR.ALL.CTA in SASS); p8, the weight written through the
-# async proxy (st.async, completing on a per-warpgroup mbarrier), so neither the fence nor the
-# warpgroup barrier remains.
+# p6, a probe without the per-stage proxy fence (results not guaranteed: it times the fence,
+# MEMBAR.ALL.CTA in SASS): no faster; p8, the weight written through the async proxy
+# (st.async, completing on a per-warpgroup mbarrier): CUDA_ERROR_ILLEGAL_INSTRUCTION on the H200.
+# Later rungs (p9 ..) below; docs/performance.md has every rung's figures.
 set -u
 if [ "${1:-}" = build ]; then
   shift
@@ -27,6 +27,15 @@ if [ "${1:-}" = build ]; then
   # one stage ahead of its use with 4, three with 6)
   ladder_step w4p bx128 "KILN_W4_WG_BX=128" 674c930
   ladder_step w4p bx128-s6 "KILN_W4_WG_BX=128;KILN_W4_WG_STAGES=6" 674c930
+  # p9: a stage's code words loaded before any weight is stored; p10 (a762835): p9 and y's tile
+  # through shared memory (stmatrix.trans), M <= 1024 still; main (70d1f2d): p10 at any M
+  ladder_step w4p p9 "" 674c930 scripts/rungs/w4-prefill-p9-hoist.patch
+  ladder_step w4p p10 "" a762835
+  # p11: the dequantized weight in its own 2 slots, so the TMA ring holds 5 stages (three ahead
+  # of their use) with one stage of wgmmas in flight; p11-f2: the same code with 4 stages and 2
+  # in flight (main's depths)
+  ladder_step w4p p11 "" 70d1f2d scripts/rungs/w4-prefill-p11-w-ring.patch
+  ladder_step w4p p11-f2 "KILN_W4_WG_IN_FLIGHT=2;KILN_W4_WG_STAGES=4" 70d1f2d scripts/rungs/w4-prefill-p11-w-ring.patch
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
