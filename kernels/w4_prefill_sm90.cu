@@ -63,6 +63,15 @@ constexpr int BW = KILN_W4_WG_COLS, BK = 64, GROUP_M = 8;
  * permute then puts the pairs in k order.
  * bf16: the f32 formula (0x4B000000 | v is the float 2^23 + v, so subtracting 2^23 + z leaves
  * v − z exactly), as bf16 cannot hold an f16 scale. Explicit roundings: no contraction into FMAs. */
+/* (a & mask) | bits in one LOP3: written as two operations with both constants immediate,
+ * ptxas emits two, as LOP3 takes one immediate; bits goes in a register. */
+template <uint32_t MASK>
+KILN_DEVICE uint32_t and_or(uint32_t a, uint32_t bits) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(MASK), "r"(bits));
+  return d;
+}
+
 template <bool BF16>
 KILN_DEVICE uint4 dequant_word(uint32_t w, uint16_t s, uint32_t z) {
   uint32_t v[4];
@@ -71,8 +80,8 @@ KILN_DEVICE uint4 dequant_word(uint32_t w, uint16_t s, uint32_t z) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       const uint32_t y = w >> (8 * i);
-      const float lo = __fmul_rn(__fsub_rn(__uint_as_float((y & 0xFu) | 0x4B000000u), cz), sf);
-      const float hi = __fmul_rn(__fsub_rn(__uint_as_float(((y >> 4) & 0xFu) | 0x4B000000u), cz), sf);
+      const float lo = __fmul_rn(__fsub_rn(__uint_as_float(and_or<0xFu>(y, 0x4B000000u)), cz), sf);
+      const float hi = __fmul_rn(__fsub_rn(__uint_as_float(and_or<0xFu>(y >> 4, 0x4B000000u)), cz), sf);
       const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
       v[i] = *reinterpret_cast<const uint32_t *>(&p);
     }
@@ -82,7 +91,7 @@ KILN_DEVICE uint4 dequant_word(uint32_t w, uint16_t s, uint32_t z) {
     uint32_t p[4]; /* (k i, k i + 4) */
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-      const uint32_t m = ((w >> (4 * i)) & 0x000F000Fu) | 0x64006400u;
+      const uint32_t m = and_or<0x000F000Fu>(w >> (4 * i), 0x64006400u);
       const __half2 h = __hmul2_rn(__hsub2(*reinterpret_cast<const __half2 *>(&m), sz), ss);
       p[i] = *reinterpret_cast<const uint32_t *>(&h);
     }
