@@ -10,14 +10,17 @@
  *
  * Dequantized where, by whom. Each consumer warpgroup turns its 64 columns of a stage's codes
  * into the 16-bit weight in shared memory, as the k-major, 128-byte swizzled operand wgmma
- * reads (4 words a thread: 4 LDS.32, ~20 instructions a word for f16, 4 STS.128), then issues
+ * reads (4 words a thread: 4 LDS.32, ~16 instructions a word for f16, 4 STS.128), then issues
  * the stage's wgmmas with both operands in shared memory, keeping two stages of them in flight
- * (wait_group 2), so that a stage's dequantization runs under the two before it. Measured
- * (H200, M 4096 x 4096 x 12288; docs/performance.md, "PREFILL in one kernel"): with one stage
- * in flight the tensor pipe was 61 % busy (~510 TFLOP/s); the producer warpgroup dequantizing
- * instead (one warp per scheduler, 56 registers) 42 %; dequantizing into registers for wgmma's
- * register A operand no faster, as ptxas serializes every wgmma (C7513) when registers that
- * feed one are written while another is in flight.
+ * (wait_group 2), so that a stage's dequantization runs under the two before it. A warpgroup
+ * issues a stage only once it has dequantized it, so the latency of that work, not the tensor
+ * pipe, sets the pace: Nsight Compute (H200, M 1024 x 4096 x 12288) found consumer warps 58 %
+ * of their time in it with the loads one word at a time (tensor pipe 63 % busy), and the
+ * epilogue's scattered stores 13 %; loads first, the staged epilogue and one LOP3 per nibble
+ * pair took 194.5 µs to 158.8 (docs/performance.md, "PREFILL in one kernel": also the rungs not
+ * taken, among them the producer warpgroup dequantizing (42 % busy), wgmma's register A operand
+ * (ptxas serializes every wgmma, C7513, when registers that feed one are written while another
+ * is in flight), no proxy fence, and a deeper TMA ring).
  *
  * Why transposed. The block computes yᵀ = Wᵀ·xᵀ: a tile is 128 weight columns (two consumer
  * warpgroups of 64: wgmma's M) by BX rows of x (wgmma's N: 256, or 128 for small M), so each
@@ -32,7 +35,8 @@
  * the stage's groups: 2 rows at G = 32, else 1) into a ring of 4 stages, each with room for its
  * dequantized weight (a stage is released two stages after its wgmmas were issued, so the
  * copies run one stage ahead); two consumer warpgroups; a persistent grid walking the tiles in
- * gemm's L2-friendly order.
+ * gemm's L2-friendly order; y's tile leaves through 1 KB of shared memory per consumer warp
+ * (store_yt_rows) where y is 16-bit and row-major with 16-byte rows, else by gemm's store_tile.
  *
  * Edges: TMA fills x past M or K, codes past N or K / 8, and scales and zeros past N or K / G
  * with zeros, so every padded weight is 0·(0 − 0) = 0 and every padded x is 0; stores are
@@ -42,6 +46,8 @@
 #include <cuda.h>
 
 #include "gemm_sm90.cuh" /* mbarriers, TMA, wgmma, tile_coords */
+#include "wa16.cuh"      /* and_or: (a & b) | c in one LOP3 (as two operations with both constants
+                          * immediate, ptxas emits two: LOP3 takes one immediate) */
 
 namespace kiln {
 namespace w4wg {
@@ -63,15 +69,6 @@ constexpr int BW = KILN_W4_WG_COLS, BK = 64, GROUP_M = 8;
  * permute then puts the pairs in k order.
  * bf16: the f32 formula (0x4B000000 | v is the float 2^23 + v, so subtracting 2^23 + z leaves
  * v − z exactly), as bf16 cannot hold an f16 scale. Explicit roundings: no contraction into FMAs. */
-/* (a & mask) | bits in one LOP3: written as two operations with both constants immediate,
- * ptxas emits two, as LOP3 takes one immediate; bits goes in a register. */
-template <uint32_t MASK>
-KILN_DEVICE uint32_t and_or(uint32_t a, uint32_t bits) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "n"(MASK), "r"(bits));
-  return d;
-}
-
 template <bool BF16>
 KILN_DEVICE uint4 dequant_word(uint32_t w, uint16_t s, uint32_t z) {
   uint32_t v[4];
@@ -80,8 +77,8 @@ KILN_DEVICE uint4 dequant_word(uint32_t w, uint16_t s, uint32_t z) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       const uint32_t y = w >> (8 * i);
-      const float lo = __fmul_rn(__fsub_rn(__uint_as_float(and_or<0xFu>(y, 0x4B000000u)), cz), sf);
-      const float hi = __fmul_rn(__fsub_rn(__uint_as_float(and_or<0xFu>(y >> 4, 0x4B000000u)), cz), sf);
+      const float lo = __fmul_rn(__fsub_rn(__uint_as_float(wa16::and_or(y, 0xFu, 0x4B000000u)), cz), sf);
+      const float hi = __fmul_rn(__fsub_rn(__uint_as_float(wa16::and_or(y >> 4, 0xFu, 0x4B000000u)), cz), sf);
       const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
       v[i] = *reinterpret_cast<const uint32_t *>(&p);
     }
@@ -91,7 +88,7 @@ KILN_DEVICE uint4 dequant_word(uint32_t w, uint16_t s, uint32_t z) {
     uint32_t p[4]; /* (k i, k i + 4) */
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-      const uint32_t m = and_or<0x000F000Fu>(w >> (4 * i), 0x64006400u);
+      const uint32_t m = wa16::and_or(w >> (4 * i), 0x000F000Fu, 0x64006400u);
       const __half2 h = __hmul2_rn(__hsub2(*reinterpret_cast<const __half2 *>(&m), sz), ss);
       p[i] = *reinterpret_cast<const uint32_t *>(&h);
     }
