@@ -62,38 +62,40 @@ constexpr int BW = KILN_W4_WG_COLS, BK = 64, GROUP_M = 8;
 
 /* Code word w (8 k of one column, lowest nibble lowest k) as 8 weights scale·(q − zero) in x's
  * 16-bit dtype, k order, 4 registers (one 16-byte chunk of a k-major row). s: the scale's f16
- * bits; z: the zero.
- * f16: (w >> 4i) & 0x000F000F | 0x64006400 is the pair (1024 + q_i, 1024 + q_i+4) in f16;
- * minus 1024 + z leaves q − z exactly (small integers), and one f16 product rounds s·(q − z)
- * once, exactly as the f32 formula rounded to f16 does (the product is exact in f32). A byte
- * permute then puts the pairs in k order.
- * bf16: the f32 formula (0x4B000000 | v is the float 2^23 + v, so subtracting 2^23 + z leaves
- * v − z exactly), as bf16 cannot hold an f16 scale. Explicit roundings: no contraction into FMAs. */
+ * bits; z: the zero. Pair j is byte j of w, its nibbles k 2j (low) and 2j + 1 (high).
+ * f16: byte j put in bytes 0 and 2 (one PRMT), & 0x00F0000F | 0x54006400 (one LOP3) is the
+ * pair (1024 + q_2j, 64 + q_2j+1) in f16 (the ulp is 1 at 1024 and 1/16 at 64, where the high
+ * nibble sits 4 bits up); minus (1024 + z, 64 + z) leaves q − z exactly (small integers), and
+ * one f16 product rounds s·(q − z) once, exactly as the f32 formula rounded to f16 does (the
+ * product is exact in f32). Four instructions a pair, already in k order.
+ * bf16: the f32 formula, as bf16 cannot hold an f16 scale: 0x4B000000 | q is the float 2^23 + q
+ * and 0x4B000000 | 16q is 2^23 + 16q, so subtracting 2^23 + z (2^23 + 16z) leaves q − z
+ * (16(q − z)) exactly, times s (s / 16, exact in f32) the same exact product, rounded once to
+ * bf16. Explicit roundings: no contraction into FMAs. */
 template <bool BF16>
 KILN_DEVICE uint4 dequant_word(uint32_t w, uint16_t s, uint32_t z) {
   uint32_t v[4];
   if constexpr (BF16) {
     const float sf = __half2float(__ushort_as_half(s)), cz = 8388608.f + (float)z;
+    const float sf16 = sf * 0.0625f, cz16 = 8388608.f + (float)(16 * z);
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const uint32_t y = w >> (8 * i);
+    for (int j = 0; j < 4; j++) {
+      const uint32_t y = w >> (8 * j);
       const float lo = __fmul_rn(__fsub_rn(__uint_as_float(wa16::and_or(y, 0xFu, 0x4B000000u)), cz), sf);
-      const float hi = __fmul_rn(__fsub_rn(__uint_as_float(wa16::and_or(y >> 4, 0xFu, 0x4B000000u)), cz), sf);
+      const float hi = __fmul_rn(__fsub_rn(__uint_as_float(wa16::and_or(y, 0xF0u, 0x4B000000u)), cz16), sf16);
       const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
-      v[i] = *reinterpret_cast<const uint32_t *>(&p);
+      v[j] = *reinterpret_cast<const uint32_t *>(&p);
     }
   } else {
-    const __half2 sz = __halves2half2(__ushort_as_half((uint16_t)(0x6400u + z)), __ushort_as_half((uint16_t)(0x6400u + z)));
+    const __half2 sz = __halves2half2(__ushort_as_half((uint16_t)(0x6400u + z)),
+                                      __ushort_as_half((uint16_t)(0x5400u + (z << 4))));
     const __half2 ss = __halves2half2(__ushort_as_half(s), __ushort_as_half(s));
-    uint32_t p[4]; /* (k i, k i + 4) */
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const uint32_t m = wa16::and_or(w >> (4 * i), 0x000F000Fu, 0x64006400u);
+    for (int j = 0; j < 4; j++) {
+      const uint32_t m = wa16::and_or(wa16::prmt(w, w, (uint32_t)(j | j << 8)), 0x00F0000Fu, 0x54006400u);
       const __half2 h = __hmul2_rn(__hsub2(*reinterpret_cast<const __half2 *>(&m), sz), ss);
-      p[i] = *reinterpret_cast<const uint32_t *>(&h);
+      v[j] = *reinterpret_cast<const uint32_t *>(&h);
     }
-    v[0] = __byte_perm(p[0], p[1], 0x5410), v[1] = __byte_perm(p[2], p[3], 0x5410);
-    v[2] = __byte_perm(p[0], p[1], 0x7632), v[3] = __byte_perm(p[2], p[3], 0x7632);
   }
   return make_uint4(v[0], v[1], v[2], v[3]);
 }
