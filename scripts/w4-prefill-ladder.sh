@@ -42,11 +42,15 @@ if [ "${1:-}" = build ]; then
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
+# Each benchmark runs for every build back to back (builds interleaved, not one after another),
+# after one untimed warm-up run: in the 2026-12-04 calls the first build timed ran slower than
+# the same kernel later in the call, and one build's row moved 156-176 µs within a call.
+timeout 40 "$1/tools/kiln-bench" int4 --shape 4096x12288 --m 1024 >/dev/null 2>&1
+bench() { for b in "$@"; do timeout 60 "$b/tools/kiln-bench" $ARGS >>"$OUT/w4p-$(basename "$b").txt" 2>&1; done; }
+for m in 128 256 512 1024 4096; do ARGS="int4 --shape 4096x12288 --m $m" bench "$@"; done
+for m in 256 1024; do ARGS="int4 --shape 4096x4096 --m $m" bench "$@"; done
+ARGS="qkv --only int4 --m 512" bench "$@"
 for b in "$@"; do
-  n=$(basename "$b")
-  echo "== $n"
-  for m in 128 256 512 1024 4096; do timeout 40 "$b/tools/kiln-bench" int4 --shape 4096x12288 --m $m >>"$OUT/w4p-$n.txt" 2>&1; done
-  for m in 256 1024; do timeout 40 "$b/tools/kiln-bench" int4 --shape 4096x4096 --m $m >>"$OUT/w4p-$n.txt" 2>&1; done
-  timeout 60 "$b/tools/kiln-bench" qkv --only int4 --m 512 >>"$OUT/w4p-$n.txt" 2>&1
-  grep -hE "^(qkv|matmul_int4)" "$OUT/w4p-$n.txt" | grep -v "vs 3"
+  echo "== $(basename "$b")"
+  grep -hE "^(qkv|matmul_int4)" "$OUT/w4p-$(basename "$b").txt" | grep -v "vs 3"
 done
