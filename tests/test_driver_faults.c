@@ -2,16 +2,17 @@
  * test_driver_faults.c — how kiln reports a driver or device it cannot use. Each case runs as its
  * own CTest entry (the driver is loaded once per process) with KILN_LIBCUDA pointing at
  * tests/fake/fake_libcuda.c built as a shared library and FAKE_CUDA_MODE choosing the fault.
- * Usage: test_driver_faults old|missing|nodevice|healthy|oom|noimage|badordinal|launchfail
+ * Usage: test_driver_faults old|missing|nodevice|healthy|oom|noimage|badordinal|launchfail|twodev
  *
  * old, missing, nodevice: the driver itself is unusable (driver_fault below).
- * The other modes: the fake impersonates one working sm_90 device, with one fault injected
- * (fake_device below). What these check past kiln_context_create needs a build with embedded
+ * The other modes: the fake impersonates one working sm_90 device (twodev: two), with one fault
+ * injected (fake_device below). What these check past kiln_context_create needs a build with embedded
  * kernels (a CPU-only build fails context creation with KILN_ERROR_NO_KERNEL_IMAGE before any
  * image is loaded); a CPU-only build checks that much, and that the failed creation leaves
  * nothing retained, then exits 77 (CTest: skipped, with the reason).
  */
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include "test_util.h"
 
@@ -70,15 +71,19 @@ static int fake(const char *counter) {
     assert_int_equal(fake("context_depth"), 0);                \
   } while (0)
 
-static DLManagedTensorVersioned *empty(kiln_context *ctx, DLDataType dt, int64_t rows, int64_t cols) {
+/* A rows x cols tensor of ctx's device (ordinal `ordinal`). */
+static DLManagedTensorVersioned *empty_on(kiln_context *ctx, int ordinal, DLDataType dt, int64_t rows, int64_t cols) {
   int64_t shape[2] = {rows, cols};
   DLManagedTensorVersioned *t = NULL;
   assert_kiln_ok(kiln_tensor_empty(ctx, 2, shape, dt, &t));
   assert_non_null(t);
   assert_int_equal(t->dl_tensor.device.device_type, kDLCUDA);
-  assert_int_equal(t->dl_tensor.device.device_id, 0);
+  assert_int_equal(t->dl_tensor.device.device_id, ordinal);
   assert_int_equal((uintptr_t)t->dl_tensor.data % 256, 0);
   return t;
+}
+static DLManagedTensorVersioned *empty(kiln_context *ctx, DLDataType dt, int64_t rows, int64_t cols) {
+  return empty_on(ctx, 0, dt, rows, cols);
 }
 
 /* The context works: allocate, copy there and back (the fake's device memory is host memory, so
@@ -428,6 +433,81 @@ static void badordinal(void) {
   kiln_context_destroy(ctx);
 }
 
+/* Two devices (mode twodev; issue 12's checks that need no second GPU): contexts on ordinals 0
+ * and 1 in one process, each op launching on its own context's device; tensors of the other
+ * device, or inputs mixed across devices, refused by name before any launch; two threads driving
+ * the two contexts at once, each launching exactly what it does alone. */
+typedef struct {
+  kiln_context *ctx;
+  DLManagedTensorVersioned *a, *b, *c;
+  int calls;
+  kiln_status status;
+} device_worker;
+static void *drive_device(void *arg) {
+  device_worker *w = arg;
+  w->status = KILN_OK;
+  for (int i = 0; i < w->calls && !w->status; i++)
+    w->status = kiln_matmul(w->ctx, &w->a->dl_tensor, &w->b->dl_tensor, &w->c->dl_tensor, NULL, NULL);
+  return NULL;
+}
+static void twodev(void) {
+  kiln_context *ctx[2] = {create_device_0(), NULL};
+  assert_kiln_ok(kiln_context_create(kDLCUDA, 1, &ctx[1]));
+  kiln_device_info info;
+  assert_kiln_ok(kiln_context_info(ctx[1], &info));
+  assert_int_equal(info.ordinal, 1);
+  DLManagedTensorVersioned *a[2], *b[2], *c[2];
+  for (int d = 0; d < 2; d++) {
+    a[d] = empty_on(ctx[d], d, TEST_F16, 64, 64), b[d] = empty_on(ctx[d], d, TEST_F16, 64, 64);
+    c[d] = empty_on(ctx[d], d, TEST_F32, 64, 64);
+  }
+  /* each op on its own device's context launches there, on the legacy stream or its own */
+  int l0 = fake("launches_0"), l1 = fake("launches_1");
+  CUstream s1 = NULL;
+  assert_kiln_ok(kiln_stream_create(ctx[1], &s1));
+  assert_kiln_ok(kiln_matmul(ctx[1], &a[1]->dl_tensor, &b[1]->dl_tensor, &c[1]->dl_tensor, NULL, NULL));
+  assert_kiln_ok(kiln_cast(ctx[1], &a[1]->dl_tensor, &c[1]->dl_tensor, s1));
+  assert_kiln_ok(kiln_stream_synchronize(ctx[1], s1));
+  const int per_matmul_and_cast = fake("launches_1") - l1;
+  assert_true(per_matmul_and_cast >= 2);
+  assert_int_equal(fake("launches_0"), l0);
+  /* the other device's tensors, or inputs of both, are refused before any launch */
+  l0 = fake("launches_0"), l1 = fake("launches_1");
+  assert_kiln_fails(kiln_matmul(ctx[0], &a[1]->dl_tensor, &b[1]->dl_tensor, &c[1]->dl_tensor, NULL, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul", "kDLCUDA:1", "kDLCUDA:0");
+  assert_kiln_fails(kiln_matmul(ctx[1], &a[1]->dl_tensor, &b[0]->dl_tensor, &c[1]->dl_tensor, NULL, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul", "kDLCUDA:0", "kDLCUDA:1");
+  assert_kiln_fails(kiln_cast(ctx[1], &a[0]->dl_tensor, &c[1]->dl_tensor, s1), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_cast", "src", "kDLCUDA:0", "kDLCUDA:1");
+  assert_kiln_fails(kiln_tensor_copy(ctx[0], &a[0]->dl_tensor, &a[1]->dl_tensor, NULL), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_tensor_copy", "dst", "kDLCUDA:1", "kDLCUDA:0");
+  assert_int_equal(fake("launches_0"), l0);
+  assert_int_equal(fake("launches_1"), l1);
+  /* both devices at once from two threads: each launches what it would alone */
+  l0 = fake("launches_0");
+  assert_kiln_ok(kiln_matmul(ctx[0], &a[0]->dl_tensor, &b[0]->dl_tensor, &c[0]->dl_tensor, NULL, NULL));
+  const int per_matmul = fake("launches_0") - l0;
+  assert_true(per_matmul >= 1);
+  l0 = fake("launches_0"), l1 = fake("launches_1");
+  device_worker w[2];
+  pthread_t th[2];
+  for (int d = 0; d < 2; d++) {
+    w[d] = (device_worker){ctx[d], a[d], b[d], c[d], 500, KILN_OK};
+    assert_int_equal(pthread_create(&th[d], NULL, drive_device, &w[d]), 0);
+  }
+  for (int d = 0; d < 2; d++) {
+    assert_int_equal(pthread_join(th[d], NULL), 0);
+    assert_kiln_ok(w[d].status);
+  }
+  assert_int_equal(fake("launches_0") - l0, 500 * per_matmul);
+  assert_int_equal(fake("launches_1") - l1, 500 * per_matmul);
+  assert_int_equal(fake("context_depth"), 0);
+  assert_kiln_ok(kiln_stream_destroy(ctx[1], s1));
+  for (int d = 0; d < 2; d++) kiln_tensor_free(a[d]), kiln_tensor_free(b[d]), kiln_tensor_free(c[d]);
+  kiln_context_destroy(ctx[1]);
+  kiln_context_destroy(ctx[0]);
+}
+
 static void launchfail(void) {
   kiln_context *ctx = create_device_0();
   CUstream s = NULL;
@@ -459,8 +539,9 @@ static void launchfail(void) {
 static void fake_device(void **state) {
   (void)state;
   int n = -1;
+  const int devices = strcmp(fault, "twodev") ? 1 : 2;
   assert_kiln_ok(kiln_device_count(&n));
-  assert_int_equal(n, 1);
+  assert_int_equal(n, devices);
   /* kiln loaded the fake (dlopen of the same path finds that copy) */
   fake_lib = dlopen(getenv("KILN_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
   assert_non_null(fake_lib);
@@ -470,10 +551,11 @@ static void fake_device(void **state) {
    * retains nothing. */
   kiln_context *ctx = (kiln_context *)0x1;
   assert_kiln_fails(kiln_context_create(kDLCUDA, 3, &ctx), KILN_ERROR_NO_DEVICE, "kiln_context_create",
-                    "ordinal is 3", "1 CUDA device;", "expected 0..0");
+                    "ordinal is 3", devices == 1 ? "1 CUDA device;" : "2 CUDA devices;",
+                    devices == 1 ? "expected 0..0" : "expected 0..1");
   assert_null(ctx);
   assert_kiln_fails(kiln_context_create(kDLCUDA, -1, &ctx), KILN_ERROR_NO_DEVICE, "kiln_context_create",
-                    "ordinal is -1", "1 CUDA device;");
+                    "ordinal is -1", devices == 1 ? "1 CUDA device;" : "2 CUDA devices;");
   assert_fake_clean();
 
   if (!kiln_build_has_kernels()) {
@@ -496,6 +578,7 @@ static void fake_device(void **state) {
   else if (!strcmp(fault, "noimage")) noimage();
   else if (!strcmp(fault, "badordinal")) badordinal();
   else if (!strcmp(fault, "launchfail")) launchfail();
+  else if (!strcmp(fault, "twodev")) twodev();
   else fail_msg("unknown fault \"%s\"", fault);
   assert_fake_clean();
 

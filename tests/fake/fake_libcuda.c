@@ -3,12 +3,12 @@
  * machine without a GPU (selected by KILN_LIBCUDA=path/to/this.so).
  *
  * It answers every entry point kiln resolves (KILN_CUDA_FUNCTIONS in src/runtime/cuda_driver.h)
- * and impersonates one working sm_90 device: device memory is host memory (aligned_alloc, so
+ * and impersonates one working sm_90 device (two in mode twodev): device memory is host memory (aligned_alloc, so
  * copies and memsets really move bytes), kernel libraries, streams and events are handles it
  * tracks, and a launch checks its arguments and does nothing. It is strict where a real driver
  * is: calls that need a current context fail with CUDA_ERROR_INVALID_CONTEXT without one, an
- * unknown or destroyed stream, library or function is CUDA_ERROR_INVALID_HANDLE, an ordinal other
- * than 0 is CUDA_ERROR_INVALID_DEVICE.
+ * unknown or destroyed stream, library or function is CUDA_ERROR_INVALID_HANDLE (so is a stream of
+ * another device's context), an ordinal past the devices is CUDA_ERROR_INVALID_DEVICE.
  *
  * FAKE_CUDA_MODE picks the fault:
  *   old        cuDriverGetVersion reports 11.8 (too old for cuLibraryLoadData)
@@ -20,6 +20,8 @@
  *              loaded: the first two images load, the third fails, so a partial load must be undone
  *   badordinal no fault of its own (one device, ordinal 0); the test asks for ordinal 3
  *   launchfail cuLaunchKernel fails with CUDA_ERROR_INVALID_HANDLE (what a destroyed stream gives)
+ *   twodev     no fault: two such devices, each with its primary context (launches counted per
+ *              device)
  *
  * The tests read the fake's bookkeeping through the exported fake_cuda_* functions below
  * (dlopen of the same path with RTLD_NOLOAD, then dlsym).
@@ -76,12 +78,14 @@ static int is_mode(const char *m) { return strcmp(mode(), m) == 0; }
 #define FAKE_OOM_MEMORY (1ull << 20)        /* the device of mode oom */
 #define FAKE_SMEM_OPTIN 232448              /* 227 KiB, sm_90 */
 
-static int device_count(void) { return is_mode("nodevice") ? 0 : 1; }
+#define FAKE_MAX_DEVICES 2
+static int device_count(void) { return is_mode("nodevice") ? 0 : is_mode("twodev") ? 2 : 1; }
 static size_t memory_limit(void) { return is_mode("oom") ? FAKE_OOM_MEMORY : FAKE_TOTAL_MEMORY; }
 
 /* Everything below is guarded by one lock (kiln may call from several threads). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized, primary_retains, library_loads, live_libraries, live_streams, live_events, tensor_maps;
+static int retains[FAKE_MAX_DEVICES], launches[FAKE_MAX_DEVICES]; /* per device */
 
 /* Device allocations: a list of (pointer, size). */
 typedef struct allocation {
@@ -97,6 +101,7 @@ static size_t live_bytes;
  * stays invalid); live ones are kept in small tables. */
 #define FAKE_MAX_HANDLES 256
 static uintptr_t libraries[FAKE_MAX_HANDLES], streams[FAKE_MAX_HANDLES], events[FAKE_MAX_HANDLES];
+static int stream_device[FAKE_MAX_HANDLES]; /* the device of streams[i]'s context */
 static uintptr_t next_handle = 0x10000;
 
 static int handle_add(uintptr_t *table, uintptr_t h) {
@@ -127,17 +132,26 @@ static CUresult handle_release(uintptr_t *table, int *live, void *handle) {
 }
 
 /* The primary context of device 0, and each thread's context stack. */
+/* Each device's primary context (the only contexts kiln uses). */
 static struct {
-  int unused;
-} primary_context;
-#define PRIMARY ((void *)&primary_context)
+  int ordinal;
+} primary_contexts[FAKE_MAX_DEVICES] = {{0}, {1}};
 static _Thread_local void *ctx_stack[16];
 static _Thread_local int ctx_depth;
 
+/* The ordinal of a primary context, or -1 for anything else. */
+static int context_device(const void *ctx) {
+  for (int d = 0; d < device_count(); d++)
+    if (ctx == &primary_contexts[d]) return d;
+  return -1;
+}
+/* The device of the calling thread's current context (need_context() passed). */
+static int current_device(void) { return context_device(ctx_stack[ctx_depth - 1]); }
 static CUresult need_context(void) {
   if (!initialized) return E_NOT_INITIALIZED;
-  if (ctx_depth == 0 || ctx_stack[ctx_depth - 1] != PRIMARY) return E_INVALID_CONTEXT;
-  return primary_retains > 0 ? OK : E_INVALID_CONTEXT; /* a released primary context is inactive */
+  const int d = ctx_depth ? context_device(ctx_stack[ctx_depth - 1]) : -1;
+  if (d < 0) return E_INVALID_CONTEXT;
+  return retains[d] > 0 ? OK : E_INVALID_CONTEXT; /* a released primary context is inactive */
 }
 static CUresult need_device(int dev) {
   if (!initialized) return E_NOT_INITIALIZED;
@@ -146,6 +160,12 @@ static CUresult need_device(int dev) {
 /* A stream argument: NULL (the legacy default stream) or a live stream. Caller holds the lock. */
 static CUresult check_stream(void *stream) {
   return !stream || handle_find(streams, (uintptr_t)stream) >= 0 ? OK : E_INVALID_HANDLE;
+}
+/* A stream argument for work in the current context: also not another device's stream. */
+static CUresult check_stream_here(void *stream) {
+  const int i = handle_find(streams, (uintptr_t)stream);
+  if (stream && (i < 0 || stream_device[i] != current_device())) return E_INVALID_HANDLE;
+  return OK;
 }
 /* [p, p + n) inside one live allocation, or host memory we cannot check (unified addressing:
  * kiln passes host pointers to cuMemcpyAsync). Caller holds the lock. */
@@ -229,16 +249,16 @@ static CUresult fake_device_total_mem(size_t *bytes, int dev) {
 static CUresult primary_retain(void **pctx, int dev) {
   CUresult r = need_device(dev);
   if (r != OK) return r;
-  primary_retains++;
-  *pctx = PRIMARY;
+  primary_retains++, retains[dev]++;
+  *pctx = &primary_contexts[dev];
   return OK;
 }
 static CUresult fake_primary_retain(void **pctx, int dev) { LOCKED(primary_retain(pctx, dev)); }
 static CUresult primary_release(int dev) {
   CUresult r = need_device(dev);
   if (r != OK) return r;
-  if (primary_retains <= 0) return E_INVALID_CONTEXT; /* released more often than retained */
-  primary_retains--;
+  if (retains[dev] <= 0) return E_INVALID_CONTEXT; /* released more often than retained */
+  primary_retains--, retains[dev]--;
   return OK;
 }
 static CUresult fake_primary_release(int dev) { LOCKED(primary_release(dev)); }
@@ -249,7 +269,7 @@ static CUresult fake_ctx_get_current(void **pctx) {
 }
 static CUresult fake_ctx_push(void *ctx) {
   if (!initialized) return E_NOT_INITIALIZED;
-  if (ctx != PRIMARY) return E_INVALID_CONTEXT;
+  if (context_device(ctx) < 0) return E_INVALID_CONTEXT;
   if (ctx_depth == (int)(sizeof ctx_stack / sizeof ctx_stack[0])) return E_UNKNOWN;
   ctx_stack[ctx_depth++] = ctx;
   return OK;
@@ -326,10 +346,11 @@ static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
   if (r != OK) return r;
   if (is_mode("launchfail")) return E_INVALID_HANDLE;
   if (handle_find(libraries, (uintptr_t)fn) < 0) return E_INVALID_HANDLE;
-  if ((r = check_stream(stream)) != OK) return r;
+  if ((r = check_stream_here(stream)) != OK) return r;
   if (!gx || !gy || !gz || gy > 65535 || gz > 65535 || !bx || !by || !bz || (uint64_t)bx * by * bz > 1024 ||
       smem > FAKE_SMEM_OPTIN || (!params && !extra))
     return E_INVALID_VALUE;
+  launches[current_device()]++;
   return OK; /* the kernel "ran" */
 }
 static CUresult fake_launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
@@ -412,7 +433,7 @@ static CUresult check_range(uint64_t p, size_t bytes) {
 }
 static CUresult memcpy_async(uint64_t dst, uint64_t src, size_t bytes, void *stream) {
   CUresult r = need_context();
-  if (r == OK) r = check_stream(stream);
+  if (r == OK) r = check_stream_here(stream);
   if (r == OK) r = check_range(dst, bytes);
   if (r == OK) r = check_range(src, bytes);
   if (r == OK && bytes) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
@@ -423,7 +444,7 @@ static CUresult fake_memcpy_async(uint64_t dst, uint64_t src, size_t bytes, void
 }
 static CUresult memset_async(uint64_t dst, uint32_t value, size_t n, size_t width, void *stream) {
   CUresult r = need_context();
-  if (r == OK) r = check_stream(stream);
+  if (r == OK) r = check_stream_here(stream);
   if (r == OK && (dst % width || !find_allocation((uintptr_t)dst))) r = E_INVALID_VALUE;
   if (r == OK) r = check_range(dst, n * width);
   if (r != OK) return r;
@@ -445,7 +466,9 @@ static CUresult stream_create(void **stream, unsigned flags) {
   CUresult r = need_context();
   if (r != OK) return r;
   if (!stream || flags > 1) return E_INVALID_VALUE;
-  return handle_new(streams, &live_streams, stream);
+  if ((r = handle_new(streams, &live_streams, stream)) == OK)
+    stream_device[handle_find(streams, (uintptr_t)*stream)] = current_device();
+  return r;
 }
 static CUresult fake_stream_create(void **stream, unsigned flags) { LOCKED(stream_create(stream, flags)); }
 static CUresult fake_stream_destroy(void *stream) { LOCKED(handle_release(streams, &live_streams, stream)); }
@@ -589,5 +612,8 @@ EXPORT int fake_cuda_live_streams(void) { return read_counter(&live_streams); }
 EXPORT int fake_cuda_live_events(void) { return read_counter(&live_events); }
 /* TMA descriptors encoded (which tells a test the path a call took). */
 EXPORT int fake_cuda_tensor_maps(void) { return read_counter(&tensor_maps); }
+/* Kernel launches on device 0 and on device 1. */
+EXPORT int fake_cuda_launches_0(void) { return read_counter(&launches[0]); }
+EXPORT int fake_cuda_launches_1(void) { return read_counter(&launches[1]); }
 /* Contexts pushed on the calling thread and not popped. */
 EXPORT int fake_cuda_context_depth(void) { return ctx_depth; }
