@@ -173,7 +173,8 @@ size_t kiln_int4_prefill_bytes(const kiln_qweight *const *w, int nw) {
 }
 
 kiln_status kiln_w16_prefill_plan(const kiln_context *ctx, const char *op, const char *prefix, const char *size_fn,
-                                  int64_t from_m, size_t need, bool largest, int *algo, void *ws, size_t ws_bytes,
+                                  int64_t from_m, size_t need, bool largest, bool no_ws, int *algo, void *ws,
+                                  size_t ws_bytes,
                                   const kiln_matrix *X, const kiln_matrix *Y, const char *const *ynames, int ny,
                                   const kiln_qweight *const *w, const char *const *wnames, int nw) {
   const bool have = ws && ws_bytes >= need;
@@ -198,16 +199,16 @@ kiln_status kiln_w16_prefill_plan(const kiln_context *ctx, const char *op, const
     for (int i = 0; !st && i < nw; i++) st = kiln_check_int4_weight_disjoint(op, "opts->workspace", &WS, wnames[i], w[i]);
     if (st) return st;
   }
-  if (*algo == KILN_INT4_AUTO) *algo = have && X->rows >= from_m ? KILN_INT4_PREFILL : KILN_INT4_DECODE;
+  if (*algo == KILN_INT4_AUTO) *algo = (have || no_ws) && X->rows >= from_m ? KILN_INT4_PREFILL : KILN_INT4_DECODE;
   return KILN_OK;
 }
 
 kiln_status kiln_int4_prefill_gpu(const kiln_context *ctx, const char *op, const DLTensor *x, const kiln_int4_args *a,
-                                  const DLTensor *y, void *ws, CUstream stream) {
+                                  const DLTensor *y, void *ws, bool fused, CUstream stream) {
   kiln_ctx_scope scope;
   kiln_status st = kiln_ctx_enter(ctx, &scope, op);
   if (st) return st;
-  if (kiln_w4_wgmma_fits(ctx, a)) { /* one kernel, the workspace unused (wa16_gpu.c) */
+  if (fused) { /* one kernel, the workspace unused (wa16_gpu.c) */
     st = kiln_w4_wgmma(ctx, op, a, stream);
     kiln_ctx_leave(ctx, &scope);
     return st;
@@ -249,30 +250,30 @@ kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qw
   kiln_matrix X, Y;
   if ((st = check_args(ctx, op, x, w, y, &X, &Y))) return st;
   int algo = (int)o.algo;
-  static const char *const y_name[1] = {"y"}, *const w_name[1] = {"w"};
-  /* AUTO: PREFILL from M = 128 when opts carry the workspace. On the H200 DECODE wins at M = 64 and
-   * PREFILL at M = 128 at 4096 x 4096, 4096 x 12288 and 8192 x 28672 (docs/performance.md,
-   * scripts/int4-crossover.sh). */
-  if ((st = kiln_w16_prefill_plan(ctx, op, "KILN_INT4", "kiln_matmul_int4_workspace_size", 128,
-                                   kiln_int4_prefill_bytes(&w, 1), false, &algo, o.workspace, o.workspace_bytes, &X, &Y,
-                                   y_name, 1, &w, w_name, 1)))
-    return st;
-
-  const kiln_int4_args args = {
+  kiln_int4_args args = {
       .x = X.data, .codes = w->codes, .scales = w->scales, .zeros = w->zeros, .perm = w->perm, .y = Y.data,
       .x_rs = X.rs, .x_cs = X.cs, .y_rs = Y.rs, .y_cs = Y.cs,
       .m = (int32_t)X.rows, .n = (int32_t)w->n, .k = (int32_t)w->k, .group = (int32_t)w->group,
-      .x_dtype = kiln_dt_code(X.dtype), .y_dtype = kiln_dt_code(Y.dtype), .algo = (int32_t)algo,
+      .x_dtype = kiln_dt_code(X.dtype), .y_dtype = kiln_dt_code(Y.dtype),
   };
+  /* sm_90a's one-kernel PREFILL needs no workspace (false on other devices and the CPU) */
+  const bool fused = kiln_w4_wgmma_fits(ctx, &args);
+  static const char *const y_name[1] = {"y"}, *const w_name[1] = {"w"};
+  /* AUTO: PREFILL from M = 128 when opts carry the workspace, or without one where the one-kernel
+   * path takes the call. On the H200 DECODE wins at M = 64 and PREFILL at M = 128 at 4096 x 4096,
+   * 4096 x 12288 and 8192 x 28672 (docs/performance.md, scripts/int4-crossover.sh); without a
+   * workspace DECODE was 2.9x slower than the one kernel (4096 x 12288, M = 256: 178 against
+   * 61 µs; "PREFILL in one kernel"). */
+  if ((st = kiln_w16_prefill_plan(ctx, op, "KILN_INT4", "kiln_matmul_int4_workspace_size", 128,
+                                   kiln_int4_prefill_bytes(&w, 1), false, fused, &algo, o.workspace, o.workspace_bytes,
+                                   &X, &Y, y_name, 1, &w, w_name, 1)))
+    return st;
+  args.algo = (int32_t)algo;
   if (ctx->device_type == kDLCPU) {
     if ((st = kiln_check_int4_weight_values(op, "w", w))) return st;
     return kiln_cpu_matmul_int4(op, &args);
   }
-  /* AUTO without the workspace: PREFILL all the same where its one-kernel path (which needs none)
-   * takes the shape; DECODE there is 2.9x slower (4096 x 12288, M = 256 on the H200: 178 against
-   * 61 µs; docs/performance.md, "PREFILL in one kernel"). */
-  const bool fused = o.algo == KILN_INT4_AUTO && X.rows >= 128 && kiln_w4_wgmma_fits(ctx, &args);
-  if (algo == KILN_INT4_PREFILL || fused) return kiln_int4_prefill_gpu(ctx, op, x, &args, y, o.workspace, stream);
+  if (algo == KILN_INT4_PREFILL) return kiln_int4_prefill_gpu(ctx, op, x, &args, y, o.workspace, fused, stream);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
   st = kiln_matmul_int4_gpu(ctx, op, &args, stream);

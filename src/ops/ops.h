@@ -138,16 +138,19 @@ kiln_status kiln_qkv_int8_gpu(const kiln_context *ctx, const char *op, const kil
  * 16-bit dtype); checks opts' workspace against need bytes (the message says "the largest weight"
  * when largest, else "the weight": [K, need / 2K]), and against x, the outputs and the int4
  * weights w (nw may be 0: int8 checks its own), and resolves *algo on a GPU context
- * (AUTO -> PREFILL from from_m rows of x when the workspace suffices, else DECODE), refusing an
- * explicit PREFILL without enough workspace (KILN_ERROR_WORKSPACE, naming size_fn); runs one
- * projection (dequantize into ws, then kiln_matmul of x into y). */
+ * (AUTO -> PREFILL from from_m rows of x when the workspace suffices or PREFILL needs none for
+ * this call (no_ws: sm_90a's one-kernel path takes it), else DECODE), refusing an explicit
+ * PREFILL without enough workspace (KILN_ERROR_WORKSPACE, naming size_fn); runs one projection
+ * (in one kernel when fused, from kiln_w4_wgmma_fits; else dequantize into ws, then kiln_matmul
+ * of x into y). */
 size_t kiln_int4_prefill_bytes(const kiln_qweight *const *w, int nw);
 kiln_status kiln_w16_prefill_plan(const kiln_context *ctx, const char *op, const char *prefix, const char *size_fn,
-                                  int64_t from_m, size_t need, bool largest, int *algo, void *ws, size_t ws_bytes,
+                                  int64_t from_m, size_t need, bool largest, bool no_ws, int *algo, void *ws,
+                                  size_t ws_bytes,
                                   const kiln_matrix *X, const kiln_matrix *Y, const char *const *ynames, int ny,
                                   const kiln_qweight *const *w, const char *const *wnames, int nw);
 kiln_status kiln_int4_prefill_gpu(const kiln_context *ctx, const char *op, const DLTensor *x, const kiln_int4_args *a,
-                                  const DLTensor *y, void *ws, CUstream stream);
+                                  const DLTensor *y, void *ws, bool fused, CUstream stream);
 kiln_status kiln_qkv_int4_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
 
 #endif /* KILN_OPS_H */

@@ -176,7 +176,8 @@ static kiln_status gemm(const kiln_context *ctx, const char *op, const kiln_matr
 }
 
 /* int4 PREFILL on sm_90a: each projection in one kernel, the workspace unused (kiln_w4_wgmma),
- * when that path takes all three; a: the projections as kiln_matmul_int4's arguments. */
+ * when that path takes all three (false on other devices and the CPU); a: the projections as
+ * kiln_matmul_int4's arguments. */
 static bool w4_fused(const kiln_context *ctx, const kiln_qkv_args *args, kiln_int4_args a[3]) {
   bool fits = true;
   for (int i = 0; i < 3; i++) {
@@ -186,20 +187,18 @@ static bool w4_fused(const kiln_context *ctx, const kiln_qkv_args *args, kiln_in
   return fits;
 }
 
+/* fused: the projections for the one-kernel path (w4_fused), or NULL */
 static kiln_status prefill(const kiln_context *ctx, const char *op, DLDevice dev, const kiln_matrix *X,
                            const kiln_matrix Y[3], const kiln_qkv_args *args, bool int8, bool merged, void *ws,
-                           CUstream stream) {
+                           const kiln_int4_args *fused, CUstream stream) {
   kiln_status st = KILN_OK;
-  if (!int8) {
-    kiln_int4_args a[3];
-    if (w4_fused(ctx, args, a)) {
-      kiln_ctx_scope scope;
-      if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
-      for (int i = 0; i < 3 && !st; i++)
-        if (a[i].n > 0) st = kiln_w4_wgmma(ctx, op, &a[i], stream);
-      kiln_ctx_leave(ctx, &scope);
-      return st;
-    }
+  if (fused) {
+    kiln_ctx_scope scope;
+    if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
+    for (int i = 0; i < 3 && !st; i++)
+      if (fused[i].n > 0) st = kiln_w4_wgmma(ctx, op, &fused[i], stream);
+    kiln_ctx_leave(ctx, &scope);
+    return st;
   }
   if (merged) {
     const int64_t ntot = (int64_t)args->proj[0].n + args->proj[1].n + args->proj[2].n;
@@ -218,8 +217,8 @@ static kiln_status prefill(const kiln_context *ctx, const char *op, DLDevice dev
 
 /* PREFILL's workspace and algo for either op (kiln_w16_prefill_plan, plus the int8 weights and
  * scales, which are not kiln_qweights). */
-static kiln_status plan(const kiln_context *ctx, const char *op, const char *size_fn, int *algo, bool *merged,
-                        const kiln_qkv_opts *opts, const kiln_matrix *X, const kiln_matrix Y[3],
+static kiln_status plan(const kiln_context *ctx, const char *op, const char *size_fn, bool no_ws, int *algo,
+                        bool *merged, const kiln_qkv_opts *opts, const kiln_matrix *X, const kiln_matrix Y[3],
                         const kiln_qweight *const *w4, const kiln_matrix *W8, const kiln_matrix *S8) {
   void *ws = opts ? opts->workspace : NULL;
   const size_t ws_bytes = opts ? opts->workspace_bytes : 0;
@@ -230,8 +229,10 @@ static kiln_status plan(const kiln_context *ctx, const char *op, const char *siz
    * int4 DECODE takes 59.7 µs at M = 128 against PREFILL's 77.2 (three dequantize passes and
    * three GEMMs, two of them narrow), PREFILL 77.8 against 106.9 at M = 256 (docs/performance.md;
    * measured before the merged GEMM). int8 with the merged GEMM (2026-12-03): DECODE 78.9 against
-   * PREFILL 82.3 µs at M = 128, PREFILL 88.2 against 147.6 at M = 256: the same threshold. */
-  kiln_status st = kiln_w16_prefill_plan(ctx, op, "KILN_QKV", size_fn, 256, need, !*merged, algo, ws, ws_bytes, X, Y,
+   * PREFILL 82.3 µs at M = 128, PREFILL 88.2 against 147.6 at M = 256: the same threshold, also
+   * without a workspace where int4's one-kernel path takes all three (no_ws). */
+  kiln_status st = kiln_w16_prefill_plan(ctx, op, "KILN_QKV", size_fn, 256, need, !*merged, no_ws, algo, ws, ws_bytes,
+                                         X, Y,
                                          OUT, 3, w4, WNAME, w4 ? 3 : 0);
   if (st || !W8 || *algo != KILN_QKV_PREFILL) return st;
   for (int i = 0; i < 3 && !st; i++)
@@ -351,7 +352,8 @@ kiln_status kiln_qkv_project_int8(kiln_context *ctx, const DLTensor *x, const DL
   if ((st = check_int8_call(ctx, op, x, w, s, out, &X, W, S, Y, sdata, sstride))) return st;
 
   bool merged;
-  if ((st = plan(ctx, op, "kiln_qkv_project_int8_workspace_size", &algo, &merged, opts, &X, Y, NULL, W, S))) return st;
+  if ((st = plan(ctx, op, "kiln_qkv_project_int8_workspace_size", false, &algo, &merged, opts, &X, Y, NULL, W, S)))
+    return st;
 
   kiln_qkv_args args;
   set_common(&args, &X, Y, algo);
@@ -362,7 +364,8 @@ kiln_status kiln_qkv_project_int8(kiln_context *ctx, const DLTensor *x, const DL
     p->scale = sdata[i];
     p->scale_stride = sstride[i];
   }
-  if (algo == KILN_QKV_PREFILL) return prefill(ctx, op, x->device, &X, Y, &args, true, merged, opts->workspace, stream);
+  if (algo == KILN_QKV_PREFILL) return prefill(ctx, op, x->device, &X, Y, &args, true, merged, opts->workspace, NULL,
+                                               stream);
   return run(ctx, op, &args, true, stream);
 }
 
@@ -417,10 +420,6 @@ kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const ki
   if (ctx->device_type == kDLCPU)
     for (int i = 0; i < 3; i++)
       if ((st = kiln_check_int4_weight_values(op, WNAME[i], w[i]))) return st;
-  bool merged;
-  if ((st = plan(ctx, op, "kiln_qkv_project_int4_workspace_size", &algo, &merged, opts, &X, Y, w, NULL, NULL)))
-    return st;
-
   kiln_qkv_args args;
   set_common(&args, &X, Y, algo);
   for (int i = 0; i < 3; i++) {
@@ -431,12 +430,14 @@ kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const ki
     p->perm = w[i]->perm;
     p->group = (int32_t)w[i]->group;
   }
-  /* AUTO without the workspace: PREFILL all the same where the one-kernel path (which needs none)
-   * takes all three projections, from kiln_w16_prefill_plan's M = 256 */
   kiln_int4_args a[3];
-  const bool fused = ctx->device_type != kDLCPU && (!opts || opts->algo == KILN_QKV_AUTO) && X.rows >= 256 &&
-                     w4_fused(ctx, &args, a);
-  if (algo == KILN_QKV_PREFILL || fused)
-    return prefill(ctx, op, x->device, &X, Y, &args, false, merged, opts ? opts->workspace : NULL, stream);
+  const bool fused = w4_fused(ctx, &args, a);
+  bool merged;
+  if ((st = plan(ctx, op, "kiln_qkv_project_int4_workspace_size", fused, &algo, &merged, opts, &X, Y, w, NULL, NULL)))
+    return st;
+  args.algo = algo;
+  if (algo == KILN_QKV_PREFILL)
+    return prefill(ctx, op, x->device, &X, Y, &args, false, merged, opts ? opts->workspace : NULL, fused ? a : NULL,
+                   stream);
   return run(ctx, op, &args, false, stream);
 }

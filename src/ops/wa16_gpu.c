@@ -293,9 +293,10 @@ static kiln_matrix w4_x(const kiln_int4_args *a) {
  * 12288: 1.06x the copy + GEMM; 2048 and 4096 x 8192 x 28672: 1.04x and 1.00x; before them
  * 0.82x at M = 4096, hence a bound of 1024 then). */
 bool kiln_w4_wgmma_fits(const kiln_context *ctx, const kiln_int4_args *a) {
+  /* the cheap tests first: every int4 call asks, DECODE's too */
+  if (!KILN_W4_WGMMA || ctx->arch != 90 || a->perm || a->n % 16) return false;
   const kiln_matrix x = w4_x(a);
-  if (!KILN_W4_WGMMA || ctx->arch != 90 || a->perm || a->n % 16 || x.cs != 1 || !kiln_wgmma_operand_ok(&x) ||
-      !aligned16(a->codes) || !aligned16(a->scales) || !aligned16(a->zeros))
+  if (x.cs != 1 || !kiln_wgmma_operand_ok(&x) || !aligned16(a->codes) || !aligned16(a->scales) || !aligned16(a->zeros))
     return false;
   const int bx = w4_rows(ctx, a);
   return a->m <= KILN_W4_WG_MAX_M && (a->m + bx - 1) / bx * w4_col_tiles(a) * 10 >= w4_sms(ctx) * 7;
