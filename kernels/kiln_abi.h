@@ -421,19 +421,17 @@ typedef struct kiln_wa16_tma_args {
 
 /* kiln_matmul_int4's PREFILL on sm_90a without a dequantized copy (kernels/w4_prefill_sm90.cu):
  * y^T = W^T · x^T as 128 weight columns x BX rows of x per tile (BX 256 or 128), 64 k a stage.
- * A stage of the ring is x's [BX][64] box and the dequantized weight [128][64] (both 128-byte
- * swizzled), then the codes [8 word rows][128 columns] and 2 rows of scales (f16) and of zeros
- * (u8), rounded up to 1024 bytes; 4 stages, then a full and an empty mbarrier each, then 1 KB
- * per consumer warp for the epilogue's transposition (32 rows of x x 16 columns, 16-bit). */
+ * A stage of the ring is x's [BX][64] box (128-byte swizzled), then the codes [8 word rows][128
+ * columns] and 2 rows of scales (f16) and of zeros (u8), rounded up to 1024 bytes (the weight is
+ * dequantized into registers); 4 stages, then a full and an empty mbarrier each, then 1 KB per
+ * consumer warp for the epilogue's transposition (32 rows of x x 16 columns, 16-bit). */
 #define KILN_W4_WG_COLS 128
-#define KILN_W4_WG_W_BYTES (KILN_W4_WG_COLS * 128)
 #define KILN_W4_WG_CODE_BYTES (8 * KILN_W4_WG_COLS * 4)
 #define KILN_W4_WG_SCALE_BYTES (2 * KILN_W4_WG_COLS * 2)
 #define KILN_W4_WG_ZERO_BYTES (2 * KILN_W4_WG_COLS)
-#define KILN_W4_WG_STAGE_BYTES(bx)                                                                              \
-  (((bx) * 128 + KILN_W4_WG_W_BYTES + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES + KILN_W4_WG_ZERO_BYTES + \
-    1023) / 1024 * 1024)
-#ifndef KILN_W4_WG_STAGES /* tuning (scripts/w4-prefill-ladder.sh): 5 fit only 128-row tiles */
+#define KILN_W4_WG_STAGE_BYTES(bx) \
+  (((bx) * 128 + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES + KILN_W4_WG_ZERO_BYTES + 1023) / 1024 * 1024)
+#ifndef KILN_W4_WG_STAGES /* tuning (scripts/w4-prefill-ladder.sh): 5 fit (p14-s5: no faster) */
 #define KILN_W4_WG_STAGES 4
 #endif
 #define KILN_W4_WG_THREADS 384

@@ -1,42 +1,39 @@
 /*
  * w4_prefill_sm90.cu — kiln_matmul_int4's PREFILL on Hopper (sm_90a) in one kernel: each stage
- * of the 4-bit weight is dequantized into shared memory and fed to warpgroup MMAs, instead of
- * the whole weight being written out as a 16-bit copy for kiln_matmul (kernels/w4_dequant.cu,
+ * of the 4-bit weight is dequantized into registers as the A operand of warpgroup MMAs, instead
+ * of the whole weight being written out as a 16-bit copy for kiln_matmul (kernels/w4_dequant.cu,
  * which stays for every case this kernel does not take).
  *
  * Why: at M = 1024 x 4096 x 4096 the copy costs a 40 MB pass (~10 µs) before a ~55 µs GEMM, and
  * the GEMM then reads 32 MB of f16 weight where 8 MB of codes would do (PREFILL measured
  * 0.79-0.81x cuBLAS f16 there; docs/performance.md, "PREFILL").
  *
- * Dequantized where, by whom. Each consumer warpgroup turns its 64 columns of a stage's codes
- * into the 16-bit weight in shared memory, as the k-major, 128-byte swizzled operand wgmma
- * reads (4 words a thread: 4 LDS.32, ~16 instructions a word for f16, 4 STS.128), then issues
- * the stage's wgmmas with both operands in shared memory, keeping two stages of them in flight
- * (wait_group 2), so that a stage's dequantization runs under the two before it. A warpgroup
- * issues a stage only once it has dequantized it, so the latency of that work, not the tensor
- * pipe, sets the pace: Nsight Compute (H200, M 1024 x 4096 x 12288) found consumer warps 58 %
- * of their time in it with the loads one word at a time (tensor pipe 63 % busy), and the
- * epilogue's scattered stores 13 %; loads first, the staged epilogue and one LOP3 per nibble
- * pair took 194.5 µs to 158.8 (docs/performance.md, "PREFILL in one kernel": also the rungs not
- * taken, among them the producer warpgroup dequantizing (42 % busy), wgmma's register A operand
- * (ptxas serializes every wgmma, C7513, when registers that feed one are written while another
- * is in flight), no proxy fence, and a deeper TMA ring).
+ * Dequantized where, by whom. Each consumer thread turns its share of a stage's codes (16 LDS.32,
+ * four instructions a pair of weights for f16) straight into its wgmma A fragments, in mma's
+ * m16k16 layout, which the native code words meet without any exchange between lanes
+ * (stage_frags). Until 2026-12-04 the weight went through shared memory instead (STS.128, a
+ * proxy fence and a warpgroup barrier a stage, and wgmma reading it back): per stage that is
+ * 16 KB more written and 16 KB more read in a shared memory that x's wgmma reads and TMA's
+ * writes already keep busy, and it left the tensor pipe 71 % busy (Nsight Compute, H200).
+ * Registers a wgmma in flight reads may not be written, or ptxas serializes every wgmma
+ * (C7513), so the fragments alternate between two buffers stage by stage and one stage of
+ * wgmmas runs under the next stage's dequantization (docs/performance.md, "PREFILL in one
+ * kernel": the rungs, p14 this one).
  *
  * Why transposed. The block computes yᵀ = Wᵀ·xᵀ: a tile is 128 weight columns (two consumer
  * warpgroups of 64: wgmma's M) by BX rows of x (wgmma's N: 256, or 128 for small M), so each
- * weight element is dequantized once per 256 rows of x, and x's [BX][64 k] TMA box with the
- * 128-byte swizzle is a k-major B operand as in gemm_sm90.cuh. A code word (kiln.h: 8 k of one
- * column, lowest nibble lowest k) becomes exactly one 16-byte chunk of a k-major row. The value
- * is scale·(q − zero) rounded once to x's dtype, as w4_dequant.cu writes it, so both PREFILL
- * paths multiply the same weights.
+ * weight element is dequantized once per 256 rows of x, the weight is the A operand (the one
+ * registers may hold), and x's [BX][64 k] TMA box with the 128-byte swizzle is a k-major B
+ * operand as in gemm_sm90.cuh. The value is scale·(q − zero) rounded once to x's dtype, as
+ * w4_dequant.cu writes it, so both PREFILL paths multiply the same weights.
  *
  * Block and ring as in gemm_sm90.cuh: a producer warpgroup whose thread 0 issues a stage's four
  * TMA copies (x's box, the codes [8 word rows][128 columns], and the scales and zeros rows of
- * the stage's groups: 2 rows at G = 32, else 1) into a ring of 4 stages, each with room for its
- * dequantized weight (a stage is released two stages after its wgmmas were issued, so the
- * copies run one stage ahead); two consumer warpgroups; a persistent grid walking the tiles in
- * gemm's L2-friendly order; y's tile leaves through 1 KB of shared memory per consumer warp
- * (store_yt_rows) where y is 16-bit and row-major with 16-byte rows, else by gemm's store_tile.
+ * the stage's groups: 2 rows at G = 32, else 1) into a ring of 4 stages (a stage is released
+ * once its wgmmas retired, one stage after they were issued, so the copies run two stages
+ * ahead); two consumer warpgroups; a persistent grid walking the tiles in gemm's L2-friendly
+ * order; y's tile leaves through 1 KB of shared memory per consumer warp (store_yt_rows) where
+ * y is 16-bit and row-major with 16-byte rows, else by gemm's store_tile.
  *
  * Edges: TMA fills x past M or K, codes past N or K / 8, and scales and zeros past N or K / G
  * with zeros, so every padded weight is 0·(0 − 0) = 0 and every padded x is 0; stores are
@@ -47,7 +44,7 @@
 
 #include "gemm_sm90.cuh" /* mbarriers, TMA, wgmma, tile_coords */
 #include "wa16.cuh"      /* and_or: (a & b) | c in one LOP3 (as two operations with both constants
-                          * immediate, ptxas emits two: LOP3 takes one immediate) */
+                          * immediate, ptxas emits two: LOP3 takes one immediate); prmt */
 
 namespace kiln {
 namespace w4wg {
@@ -60,9 +57,28 @@ struct Maps {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr int BW = KILN_W4_WG_COLS, BK = 64, GROUP_M = 8;
 
-/* Code word w (8 k of one column, lowest nibble lowest k) as 8 weights scale·(q − zero) in x's
- * 16-bit dtype, k order, 4 registers (one 16-byte chunk of a k-major row). s: the scale's f16
- * bits; z: the zero. Pair j is byte j of w, its nibbles k 2j (low) and 2j + 1 (high).
+/* One weight column's scale (f16 bits) and zero for dequant_pair: f16 keeps (1024 + z, 64 + z)
+ * and (s, s) as half2s, bf16 the f32 terms of the formula. */
+template <bool BF16>
+struct PairScale {
+  uint32_t sz, ss; /* f16: the half2s; bf16: unused */
+  float cz, cz16, sf, sf16;
+};
+template <bool BF16>
+KILN_DEVICE PairScale<BF16> pair_scale(uint16_t s, uint32_t z) {
+  PairScale<BF16> p;
+  if constexpr (BF16) {
+    p.sf = __half2float(__ushort_as_half(s)), p.cz = 8388608.f + (float)z;
+    p.sf16 = p.sf * 0.0625f, p.cz16 = 8388608.f + (float)(16 * z);
+  } else {
+    p.sz = (0x6400u + z) | (0x5400u + (z << 4)) << 16;
+    p.ss = (uint32_t)s | (uint32_t)s << 16;
+  }
+  return p;
+}
+
+/* Byte j of code word w (sel = j | j << 8, shift = 8j: the same byte either way), nibbles k 2j
+ * (low) and 2j + 1 (high), as the pair scale·(q − zero) in x's 16-bit dtype, k 2j in the low half.
  * f16: byte j put in bytes 0 and 2 (one PRMT), & 0x00F0000F | 0x54006400 (one LOP3) is the
  * pair (1024 + q_2j, 64 + q_2j+1) in f16 (the ulp is 1 at 1024 and 1/16 at 64, where the high
  * nibble sits 4 bits up); minus (1024 + z, 64 + z) leaves q − z exactly (small integers), and
@@ -73,62 +89,49 @@ constexpr int BW = KILN_W4_WG_COLS, BK = 64, GROUP_M = 8;
  * (16(q − z)) exactly, times s (s / 16, exact in f32) the same exact product, rounded once to
  * bf16. Explicit roundings: no contraction into FMAs. */
 template <bool BF16>
-KILN_DEVICE uint4 dequant_word(uint32_t w, uint16_t s, uint32_t z) {
-  uint32_t v[4];
+KILN_DEVICE uint32_t dequant_pair(uint32_t w, uint32_t sel, uint32_t shift, const PairScale<BF16> &p) {
   if constexpr (BF16) {
-    const float sf = __half2float(__ushort_as_half(s)), cz = 8388608.f + (float)z;
-    const float sf16 = sf * 0.0625f, cz16 = 8388608.f + (float)(16 * z);
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const uint32_t y = w >> (8 * j);
-      const float lo = __fmul_rn(__fsub_rn(__uint_as_float(wa16::and_or(y, 0xFu, 0x4B000000u)), cz), sf);
-      const float hi = __fmul_rn(__fsub_rn(__uint_as_float(wa16::and_or(y, 0xF0u, 0x4B000000u)), cz16), sf16);
-      const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
-      v[j] = *reinterpret_cast<const uint32_t *>(&p);
-    }
+    const uint32_t y = w >> shift;
+    const float lo = __fmul_rn(__fsub_rn(__uint_as_float(wa16::and_or(y, 0xFu, 0x4B000000u)), p.cz), p.sf);
+    const float hi = __fmul_rn(__fsub_rn(__uint_as_float(wa16::and_or(y, 0xF0u, 0x4B000000u)), p.cz16), p.sf16);
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
   } else {
-    const __half2 sz = __halves2half2(__ushort_as_half((uint16_t)(0x6400u + z)),
-                                      __ushort_as_half((uint16_t)(0x5400u + (z << 4))));
-    const __half2 ss = __halves2half2(__ushort_as_half(s), __ushort_as_half(s));
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const uint32_t m = wa16::and_or(wa16::prmt(w, w, (uint32_t)(j | j << 8)), 0x00F0000Fu, 0x54006400u);
-      const __half2 h = __hmul2_rn(__hsub2(*reinterpret_cast<const __half2 *>(&m), sz), ss);
-      v[j] = *reinterpret_cast<const uint32_t *>(&h);
-    }
+    const uint32_t m = wa16::and_or(wa16::prmt(w, w, sel), 0x00F0000Fu, 0x54006400u);
+    const __half2 h = __hmul2_rn(__hsub2(*reinterpret_cast<const __half2 *>(&m), *reinterpret_cast<const __half2 *>(&p.sz)),
+                                 *reinterpret_cast<const __half2 *>(&p.ss));
+    return *reinterpret_cast<const uint32_t *>(&h);
   }
-  return make_uint4(v[0], v[1], v[2], v[3]);
 }
 
-/* A consumer warpgroup's share of a stage: its 64 columns of the weight, k-major [64][64 k]
- * (128-byte rows, 128-byte swizzle: chunk j of row r at j ^ r % 8, as TMA would store it), the A
- * operand of its wgmmas. Thread t takes row t % 64, words j = t / 64 + 2i: the codes' LDS.32 (a
- * warp reads 32 adjacent words) and the chunks' STS.128 (8 rows of a quarter warp cover every
- * bank once) are conflict-free. r1: the scales box row of k 32..63 (1 at G = 32). */
+/* A consumer thread's wgmma A fragments of one stage, dequantized from the codes in registers:
+ * f[i] is k step i (k 16i .. 16i + 15 of the stage) in mma's m16k16 layout. Warp w of the
+ * warpgroup holds weight columns c0 = 16w + g and c1 = c0 + 8 (g = lane / 4) at k 2q, 2q + 1
+ * (registers 0, 1: c0, c1) and 2q + 8, 2q + 9 (registers 2, 3) of a step (q = lane % 4). A code
+ * word is 8 k of one column, lowest nibble lowest k, so step i's registers are byte q of word
+ * rows 2i (registers 0, 1) and 2i + 1 (2, 3): no exchange between lanes. The four lanes of a
+ * quad load the same word (a broadcast), a warp's eight quads 8 adjacent words: 16 conflict-free
+ * LDS.32 a stage. col: the warpgroup's first column in the tile + 16w + g; r1: the scales box
+ * row of k 32..63 (1 at G = 32). */
 template <bool BF16>
-KILN_DEVICE void dequant_stage(uint8_t *wa, const uint8_t *st, int col, int t, int r1) {
+KILN_DEVICE void stage_frags(uint32_t (&f)[4][4], const uint8_t *st, int col, int q, int r1) {
   const uint32_t *codes = reinterpret_cast<const uint32_t *>(st);
   const uint16_t *scales = reinterpret_cast<const uint16_t *>(st + KILN_W4_WG_CODE_BYTES);
   const uint8_t *zeros = st + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES;
-  const int r = t % 64, c = col + r;
-  /* Every load first: the compiler may not move a load of the stage's codes above a store of
-   * the weight (both shared memory, not provably apart), and one word at a time, load, ~20
-   * dependent instructions, store, four times over, was ~58 % of a consumer warp's time: the
-   * warpgroup issues a stage's wgmmas only after its dequantization, so that chain, not the
-   * tensor pipe, set the time of a stage (Nsight Compute, H200: tensor pipe 63 % busy). */
-  uint32_t w[4];
+  uint32_t w[8][2];
 #pragma unroll
-  for (int i = 0; i < 4; i++) w[i] = codes[(t / 64 + 2 * i) * BW + c];
-  const uint16_t s0 = scales[c], s1 = scales[r1 * BW + c];
-  const uint32_t z0 = zeros[c], z1 = zeros[r1 * BW + c];
-  uint4 v[4];
+  for (int j = 0; j < 8; j++) w[j][0] = codes[j * BW + col], w[j][1] = codes[j * BW + col + 8];
+  PairScale<BF16> ps[2][2]; /* [group row][column] */
 #pragma unroll
-  for (int i = 0; i < 4; i++) v[i] = dequant_word<BF16>(w[i], i < 2 ? s0 : s1, i < 2 ? z0 : z1);
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const int j = t / 64 + 2 * i;
-    *reinterpret_cast<uint4 *>(wa + r * 128 + ((j ^ (r % 8)) << 4)) = v[i];
+  for (int h = 0; h < 2; h++) {
+    ps[0][h] = pair_scale<BF16>(scales[col + 8 * h], zeros[col + 8 * h]);
+    ps[1][h] = pair_scale<BF16>(scales[r1 * BW + col + 8 * h], zeros[r1 * BW + col + 8 * h]);
   }
+  const uint32_t sel = (uint32_t)(q | q << 8), shift = 8u * (uint32_t)q;
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int r = 0; r < 4; r++) f[i][r] = dequant_pair<BF16>(w[2 * i + r / 2][r % 2], sel, shift, ps[i / 2][r % 2]);
 }
 
 /* The epilogue where y is row-major with 16-byte aligned rows and a 16-bit dtype (OUT_BF16):
@@ -174,7 +177,7 @@ KILN_DEVICE void store_yt_rows(const float (&d)[BX / 2], uint8_t *stage, char *y
 template <bool BF16, int BX>
 KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
   constexpr int STAGES = KILN_W4_WG_STAGES, STAGE_BYTES = KILN_W4_WG_STAGE_BYTES(BX), X_BYTES = BX * 128;
-  constexpr int W_AT = X_BYTES, CODES_AT = W_AT + KILN_W4_WG_W_BYTES; /* in a stage */
+  constexpr int CODES_AT = X_BYTES; /* in a stage */
   extern __shared__ uint8_t w4wg_raw[];
   /* aligned to 1024 bytes (the swizzle's period) by pointer arithmetic, so that the compiler
    * still sees shared memory (LDS) */
@@ -235,31 +238,39 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
     tile_coords(a.m, a.n, GROUP_M, item, BX, BW, tm, tn);
 #pragma unroll
     for (int i = 0; i < BX / 2; i++) d[i] = 0.f;
-    for (int kt = 0; kt < nk; kt++, g++) {
+    /* Stage by stage, the fragments alternate between fa and fb, so that a stage's
+     * dequantization writes registers no wgmma in flight reads: one stage of wgmmas runs under
+     * the next stage's loads and arithmetic (ptxas serializes every wgmma, C7513, when registers
+     * feeding one are written while it may be in flight). */
+    auto stage = [&](uint32_t(&f)[4][4], int kt) {
       const int s = g % STAGES;
-      uint8_t *st = smem + s * STAGE_BYTES;
+      const uint8_t *st = smem + s * STAGE_BYTES;
       sm90::mbar_wait(&full[s], (g / STAGES) & 1);
-      /* this warpgroup's 64 columns of the stage's weight; the slot's last reader, stage
-       * g − STAGES's wgmmas, retired before the slot was released and refilled */
-      uint8_t *w = st + W_AT + cw * (KILN_W4_WG_W_BYTES / 2);
-      dequant_stage<BF16>(w, st + CODES_AT, 64 * cw, t, r1);
-      /* the generic-proxy stores made visible to wgmma's (async proxy) reads, then every thread
-       * of the warpgroup done */
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      sm90::named_sync(1 + cw, 128);
-      sm90::wgmma_fence();
+      stage_frags<BF16>(f, st + CODES_AT, 64 * cw + 16 * warp + lane / 4, lane % 4, r1);
+      /* every fragment defined before the fence: the compiler may otherwise sink a fragment's
+       * arithmetic below the first wgmmas of the batch, which serializes them (C7513) */
 #pragma unroll
       for (int i = 0; i < 4; i++)
-        wgmma_m64k16<BX, BF16, 0, 0>(d, sm90::smem_desc(w + 32 * i, 16, 1024), sm90::smem_desc(st + 32 * i, 16, 1024));
+#pragma unroll
+        for (int r = 0; r < 4; r++) asm volatile("" : "+r"(f[i][r])::"memory");
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int i = 0; i < 4; i++) wgmma_rs_m64k16<BX, BF16, 0>(d, f[i], sm90::smem_desc(st + 32 * i, 16, 1024));
       sm90::wgmma_commit();
-      /* two stages of wgmmas stay in flight while the next stage is dequantized; stage g − 2
-       * has retired: its slot goes back to the producer */
-      sm90::wgmma_wait<2>();
-      if (kt >= 2 && t == 0) sm90::mbar_arrive(&empty[(g - 2) % STAGES]);
-    }
+      /* the stage before this one has retired: its slot goes back to the producer, and its
+       * fragments' registers may be written */
+      sm90::wgmma_wait<1>();
+      if (kt >= 1 && t == 0) sm90::mbar_arrive(&empty[(g - 1) % STAGES]);
+      g++;
+    };
+    uint32_t fa[4][4], fb[4][4];
+    /* the pairs, then an odd stage: no path in the control flow writes a buffer whose wgmmas
+     * may be in flight, which ptxas would serialize */
+    int kt = 0;
+    for (; kt + 1 < nk; kt += 2) stage(fa, kt), stage(fb, kt + 1);
+    if (kt < nk) stage(fa, kt);
     sm90::wgmma_wait<0>();
-    if (t == 0)
-      for (int kt = nk > 2 ? nk - 2 : 0; kt < nk; kt++) sm90::mbar_arrive(&empty[(g - nk + kt) % STAGES]);
+    if (t == 0) sm90::mbar_arrive(&empty[(g - 1) % STAGES]);
     /* d is yᵀ's 128 x BX tile in the fragment layout of gemm's epilogue: this warp's rows
      * (weight columns) from n0, its columns the tile's rows of x, y_rs apart */
     const int n0 = tn * BW + 64 * cw + 16 * warp;

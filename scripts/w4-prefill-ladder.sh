@@ -36,9 +36,13 @@ if [ "${1:-}" = build ]; then
   # in flight (main's depths)
   ladder_step w4p p11 "" 70d1f2d scripts/rungs/w4-prefill-p11-w-ring.patch
   ladder_step w4p p11-f2 "KILN_W4_WG_IN_FLIGHT=2;KILN_W4_WG_STAGES=4" 70d1f2d scripts/rungs/w4-prefill-p11-w-ring.patch
-  # p12 (fe8c36c): one LOP3 per nibble pair's and-or; p13 (main since 3e026b2): a pair from one
-  # PRMT and one LOP3, no shifts
+  # p12 (fe8c36c): one LOP3 per nibble pair's and-or; p13 (3e026b2): a pair from one PRMT and
+  # one LOP3, no shifts
   ladder_step w4p p12 "" fe8c36c
+  # p13 (70e462d): the last kernel with the weight dequantized into shared memory; main (p14):
+  # into wgmma's register A operand, two fragment buffers; p14-s5: main with 5 stages
+  ladder_step w4p p13 "" 70e462d
+  ladder_step w4p p14-s5 "KILN_W4_WG_STAGES=5" .
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
