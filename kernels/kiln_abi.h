@@ -438,9 +438,13 @@ typedef struct kiln_wa16_tma_args {
 #define KILN_W4_WG_EPI_BYTES (8 * 1024)
 #define KILN_W4_WG_SMEM_BYTES(bx) \
   (1024 + KILN_W4_WG_STAGES * (KILN_W4_WG_STAGE_BYTES(bx) + 16) + KILN_W4_WG_EPI_BYTES)
+/* Problems one launch takes: kiln_matmul_int4's one, or a fused QKV call's three projections
+ * (their tiles one after another, so that narrow K and V projections fill the grid together). */
+#define KILN_W4_WG_PROBLEMS 3
 typedef struct kiln_w4_wgmma_args {
-  kiln_int4_args a;
-  int32_t group_rows; /* rows of a stage's scales and zeros boxes: 2 when G = 32, else 1 */
+  kiln_int4_args a[KILN_W4_WG_PROBLEMS]; /* the first count used; x, m and k the same in each */
+  int32_t group_rows[KILN_W4_WG_PROBLEMS]; /* rows of a stage's scales and zeros boxes: 2 when G = 32, else 1 */
+  int32_t count;
 } kiln_w4_wgmma_args;
 
 #endif /* KILN_ABI_H */

@@ -50,12 +50,28 @@ namespace kiln {
 namespace w4wg {
 
 /* The TMA descriptors (kernel parameter space). */
-struct Maps {
-  CUtensorMap x, codes, scales, zeros;
+struct WeightMaps {
+  CUtensorMap codes, scales, zeros;
 };
+struct Maps {
+  CUtensorMap x;
+  WeightMaps w[KILN_W4_WG_PROBLEMS]; /* the first p.count used */
+};
+
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr int BW = KILN_W4_WG_COLS, BK = 64, GROUP_M = 8;
+
+/* Item `item` of the block's walk as problem pi's tile (tm, tn): the problems' tiles one after
+ * another, each in gemm's L2-friendly order. */
+template <int BX>
+KILN_DEVICE void locate(const kiln_w4_wgmma_args &p, int item, int &pi, int &tm, int &tn) {
+  const int row_tiles = (p.a[0].m + BX - 1) / BX;
+  pi = 0;
+  for (int n; pi + 1 < p.count && item >= (n = row_tiles * ((p.a[pi].n + BW - 1) / BW));)
+    item -= n, pi++;
+  tile_coords(p.a[pi].m, p.a[pi].n, GROUP_M, item, BX, BW, tm, tn);
+}
 
 /* One weight column's scale (f16 bits) and zero for dequant_pair: f16 keeps (1024 + z, 64 + z)
  * and (s, s) as half2s, bf16 the f32 terms of the formula. */
@@ -184,9 +200,11 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
   uint8_t *smem = w4wg_raw + ((1024u - (smem_u32(w4wg_raw) & 1023u)) & 1023u);
   /* full: the copies landed; empty: both consumers are done with the stage */
   uint64_t *full = reinterpret_cast<uint64_t *>(smem + STAGES * STAGE_BYTES), *empty = full + STAGES;
-  const kiln_int4_args &a = p.a;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-  const int nk = (a.k + BK - 1) / BK, items = ((a.m + BX - 1) / BX) * ((a.n + BW - 1) / BW);
+  /* every problem shares x: m, k and x from a[0] */
+  const int nk = (p.a[0].k + BK - 1) / BK;
+  int items = 0;
+  for (int i = 0; i < p.count; i++) items += (p.a[i].m + BX - 1) / BX * ((p.a[i].n + BW - 1) / BW);
 
   /* a programmatic dependent, as the GEMMs (wgmma.c): nothing touches global memory before
    * pdl_wait */
@@ -202,22 +220,27 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
   if (wg == 0) { /* producer: one thread, four copies a stage */
     sm90::producer_registers();
     if (t == 0) {
-      sm90::tma_prefetch(&maps.x), sm90::tma_prefetch(&maps.codes);
-      sm90::tma_prefetch(&maps.scales), sm90::tma_prefetch(&maps.zeros);
-      const uint32_t tx = X_BYTES + KILN_W4_WG_CODE_BYTES + (uint32_t)p.group_rows * BW * 3; /* whole boxes */
+      sm90::tma_prefetch(&maps.x);
+      for (int i = 0; i < p.count; i++) {
+        sm90::tma_prefetch(&maps.w[i].codes), sm90::tma_prefetch(&maps.w[i].scales);
+        sm90::tma_prefetch(&maps.w[i].zeros);
+      }
       int g = 0;
       for (int item = blockIdx.x; item < items; item += gridDim.x) {
-        int tm, tn;
-        tile_coords(a.m, a.n, GROUP_M, item, BX, BW, tm, tn);
+        int pi, tm, tn;
+        locate<BX>(p, item, pi, tm, tn);
+        const WeightMaps &wm = maps.w[pi];
+        const int group = p.a[pi].group;
+        const uint32_t tx = X_BYTES + KILN_W4_WG_CODE_BYTES + (uint32_t)p.group_rows[pi] * BW * 3; /* whole boxes */
         for (int kt = 0; kt < nk; kt++, g++) {
-          const int s = g % STAGES, k0 = kt * BK, grow = k0 / a.group; /* grow: the stage's first group row */
+          const int s = g % STAGES, k0 = kt * BK, grow = k0 / group; /* grow: the stage's first group row */
           sm90::mbar_wait(&empty[s], ((g / STAGES) & 1) ^ 1);
           sm90::mbar_expect_tx(&full[s], tx);
           uint8_t *st = smem + s * STAGE_BYTES;
           sm90::tma_load(st, &maps.x, &full[s], k0, tm * BX, 0, false);
-          sm90::tma_load(st + CODES_AT, &maps.codes, &full[s], tn * BW, k0 / 8, 0, false);
-          sm90::tma_load(st + CODES_AT + KILN_W4_WG_CODE_BYTES, &maps.scales, &full[s], tn * BW, grow, 0, false);
-          sm90::tma_load(st + CODES_AT + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES, &maps.zeros, &full[s],
+          sm90::tma_load(st + CODES_AT, &wm.codes, &full[s], tn * BW, k0 / 8, 0, false);
+          sm90::tma_load(st + CODES_AT + KILN_W4_WG_CODE_BYTES, &wm.scales, &full[s], tn * BW, grow, 0, false);
+          sm90::tma_load(st + CODES_AT + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES, &wm.zeros, &full[s],
                          tn * BW, grow, 0, false);
         }
       }
@@ -227,15 +250,14 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
 
   sm90::consumer_registers();
   const int cw = wg - 1, warp = t / 32, lane = t % 32;
-  /* y row-major, 16-byte rows, 16-bit: the epilogue through shared memory (store_yt_rows) */
-  const bool rows16 = a.y_dtype != KILN_DT_F32 && a.y_cs == 1 && a.y_rs % 8 == 0 && (uintptr_t)a.y % 16 == 0;
   uint8_t *epi = reinterpret_cast<uint8_t *>(empty + STAGES) + 1024 * (4 * cw + warp);
-  const int r1 = p.group_rows > 1 ? 1 : 0;
   float d[BX / 2]; /* yᵀ: weight columns by rows of x (wgmma's accumulator layout) */
   int g = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    int tm, tn;
-    tile_coords(a.m, a.n, GROUP_M, item, BX, BW, tm, tn);
+    int pi, tm, tn;
+    locate<BX>(p, item, pi, tm, tn);
+    const kiln_int4_args &a = p.a[pi];
+    const int r1 = p.group_rows[pi] > 1 ? 1 : 0;
 #pragma unroll
     for (int i = 0; i < BX / 2; i++) d[i] = 0.f;
     /* Stage by stage, the fragments alternate between fa and fb, so that a stage's
@@ -272,9 +294,10 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
     sm90::wgmma_wait<0>();
     if (t == 0) sm90::mbar_arrive(&empty[(g - 1) % STAGES]);
     /* d is yᵀ's 128 x BX tile in the fragment layout of gemm's epilogue: this warp's rows
-     * (weight columns) from n0, its columns the tile's rows of x, y_rs apart */
+     * (weight columns) from n0, its columns the tile's rows of x, y_rs apart. y row-major,
+     * 16-byte rows, 16-bit: the epilogue through shared memory (store_yt_rows). */
     const int n0 = tn * BW + 64 * cw + 16 * warp;
-    if (rows16) {
+    if (a.y_dtype != KILN_DT_F32 && a.y_cs == 1 && a.y_rs % 8 == 0 && (uintptr_t)a.y % 16 == 0) {
       char *y = n0 < a.n ? (char *)a.y + ((int64_t)tm * BX * a.y_rs + n0) * 2 : nullptr;
       if (a.y_dtype == KILN_DT_BF16)
         store_yt_rows<true, BX>(d, epi, y, a.y_rs, a.m - tm * BX, lane);

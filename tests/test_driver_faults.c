@@ -188,8 +188,10 @@ static void int8_paths(kiln_context *ctx) {
  * fake's 132 SMs) the one-kernel path (four: x, codes, scales, zeros; wa16_gpu.c), with the
  * workspace or, under AUTO, without one; at N = 96 too few tiles for it, so the dequantized copy
  * and kiln_matmul's WGMMA (two), and AUTO without a workspace DECODE (none at M > 8); the fused
- * QKV call with three such projections (twelve), explicit or AUTO without a workspace at
- * M = 256. */
+ * QKV call with three such projections in one launch (ten: x once, then three per projection),
+ * explicit or AUTO without a workspace at M = 256; and with narrow K and V projections
+ * (12288 + 96 + 96 at M = 128): too few tiles for either alone, enough together; and with
+ * 8192 + 96 + 96 at M = 256, where only 128-row tiles are enough. */
 static void int4_prefill_paths(kiln_context *ctx) {
   const DLDataType U8 = {kDLUInt, 8, 1}, U32 = {kDLUInt, 32, 1};
   const int allocations = fake("live_allocations");
@@ -220,14 +222,42 @@ static void int4_prefill_paths(kiln_context *ctx) {
       maps = fake("tensor_maps");
       DLTensor y2_128 = y2->dl_tensor, y3_128 = y3->dl_tensor;
       y2_128.shape = y3_128.shape = yshape128;
+      int launches = fake("launches_0");
       assert_kiln_ok(kiln_qkv_project_int4(ctx, &x128, &w, &w, &w, &y128, &y2_128, &y3_128, &q, NULL));
-      assert_int_equal(fake("tensor_maps") - maps, 12);
-      /* AUTO without a workspace: the one-kernel path from M = 256 (at M = 256 the 256-row
-       * tiles leave 48 of 132 SMs a tile per projection, so 128-row ones: 192) */
+      assert_int_equal(fake("tensor_maps") - maps, 10);
+      assert_int_equal(fake("launches_0") - launches, 1);
+      /* AUTO without a workspace: the one-kernel path from M = 256 (288 tiles of 256 rows) */
       maps = fake("tensor_maps");
       assert_kiln_ok(kiln_qkv_project_int4(ctx, &x->dl_tensor, &w, &w, &w, &y->dl_tensor, &y2->dl_tensor,
                                            &y3->dl_tensor, NULL, NULL));
-      assert_int_equal(fake("tensor_maps") - maps, 12);
+      assert_int_equal(fake("tensor_maps") - maps, 10);
+      /* K and V 96 wide (the i == 1 weights' shape), Q 12288: 96 + 1 + 1 tiles of 128 rows in one
+       * launch, where each narrow projection alone would go through the copy + GEMM */
+      const int64_t Nn = Ns[1];
+      DLManagedTensorVersioned *nc = empty(ctx, U32, K / 8, Nn), *ns = empty(ctx, TEST_F16, K / G, Nn),
+                               *nz = empty(ctx, U8, K / G, Nn), *yk = empty(ctx, TEST_F16, 128, Nn),
+                               *yv = empty(ctx, TEST_F16, 128, Nn);
+      kiln_qweight wn = {.k = K, .n = Nn, .group = G, .codes = nc->dl_tensor.data, .scales = ns->dl_tensor.data,
+                         .zeros = nz->dl_tensor.data, .perm = NULL, .device = nc->dl_tensor.device};
+      maps = fake("tensor_maps"), launches = fake("launches_0");
+      assert_kiln_ok(kiln_qkv_project_int4(ctx, &x128, &w, &wn, &wn, &y128, &yk->dl_tensor, &yv->dl_tensor, &q, NULL));
+      assert_int_equal(fake("tensor_maps") - maps, 10);
+      assert_int_equal(fake("launches_0") - launches, 1);
+      /* Q 8192 wide at M = 256: 64 + 1 + 1 tiles of 256 rows, too few, so 132 of 128 rows (one
+       * launch), not the copy + GEMM */
+      DLManagedTensorVersioned *qc = empty(ctx, U32, K / 8, 8192), *qs = empty(ctx, TEST_F16, K / G, 8192),
+                               *qz = empty(ctx, U8, K / G, 8192), *yq = empty(ctx, TEST_F16, 256, 8192),
+                               *yk2 = empty(ctx, TEST_F16, 256, Nn), *yv2 = empty(ctx, TEST_F16, 256, Nn);
+      kiln_qweight wq = {.k = K, .n = 8192, .group = G, .codes = qc->dl_tensor.data, .scales = qs->dl_tensor.data,
+                         .zeros = qz->dl_tensor.data, .perm = NULL, .device = qc->dl_tensor.device};
+      maps = fake("tensor_maps"), launches = fake("launches_0");
+      assert_kiln_ok(kiln_qkv_project_int4(ctx, &x->dl_tensor, &wq, &wn, &wn, &yq->dl_tensor, &yk2->dl_tensor,
+                                           &yv2->dl_tensor, NULL, NULL));
+      assert_int_equal(fake("tensor_maps") - maps, 10);
+      assert_int_equal(fake("launches_0") - launches, 1);
+      DLManagedTensorVersioned *more[] = {qc, qs, qz, yq, yk2, yv2};
+      for (size_t j = 0; j < sizeof more / sizeof more[0]; j++) kiln_tensor_free(more[j]);
+      kiln_tensor_free(nc), kiln_tensor_free(ns), kiln_tensor_free(nz), kiln_tensor_free(yk), kiln_tensor_free(yv);
       kiln_tensor_free(y2), kiln_tensor_free(y3);
     }
     kiln_tensor_free(codes), kiln_tensor_free(scales), kiln_tensor_free(zeros), kiln_tensor_free(y);

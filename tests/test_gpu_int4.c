@@ -796,7 +796,7 @@ static void prefill_fused(void **state) {
   qkv_call(&f, &opts);
   for (int i = 0; i < 3; i++) {
     char what[120];
-    snprintf(what, sizeof what, "qkv PREFILL (one kernel each) M128 projection %d (N %" PRId64 ", G %" PRId64 ")", i,
+    snprintf(what, sizeof what, "qkv PREFILL (one kernel) M128 projection %d (N %" PRId64 ", G %" PRId64 ")", i,
              f.N[i], f.G[i]);
     gmat_down(&f.gy[i], &f.y[i]);
     qkv_check(&f, i, &f.y[i], 1, what);
@@ -808,12 +808,30 @@ static void prefill_fused(void **state) {
   qkv_call(&f, NULL);
   for (int i = 0; i < 3; i++) {
     char what[120];
-    snprintf(what, sizeof what, "qkv AUTO without workspace (one kernel each) M256 projection %d (N %" PRId64 ")", i,
+    snprintf(what, sizeof what, "qkv AUTO without workspace (one kernel) M256 projection %d (N %" PRId64 ")", i,
              f.N[i]);
     gmat_down(&f.gy[i], &f.y[i]);
     qkv_check(&f, i, &f.y[i], 1, what);
   }
   qkv_free(&f);
+  /* GQA widths: the 1024-wide K and V projections have too few tiles alone, all three together
+   * enough (one launch), each with its own group size (two scale rows a stage at G = 32, one
+   * otherwise): 4096 + 1024 + 1024 at M = 500, 96 tiles of 256 rows (ragged last rows); 8192 +
+   * 1024 + 1024 at M = 256, 80 such tiles, too few, so 160 of 128 rows */
+  const int64_t Ng[2][3] = {{4096, 1024, 1024}, {8192, 1024, 1024}}, Gg[3] = {128, 32, 64};
+  const DLDataType xdt[2] = {TEST_F16, TEST_BF16}, ydt[2] = {TEST_F16, TEST_F32};
+  for (int c = 0; c < 2; c++) {
+    qkv_setup_shape(&f, c ? 256 : 500, 256, Ng[c], Gg, false, xdt[c], ydt[c]);
+    qkv_call(&f, NULL);
+    for (int i = 0; i < 3; i++) {
+      char what[120];
+      snprintf(what, sizeof what, "qkv AUTO without workspace (one launch) M%" PRId64 " GQA projection %d (N %" PRId64
+               ", G %" PRId64 ")", f.M, i, f.N[i], f.G[i]);
+      gmat_down(&f.gy[i], &f.y[i]);
+      qkv_check(&f, i, &f.y[i], 1, what);
+    }
+    qkv_free(&f);
+  }
 }
 
 /* PREFILL without enough workspace, or with one that overlaps an operand, is refused with the

@@ -209,7 +209,7 @@ kiln_status kiln_int4_prefill_gpu(const kiln_context *ctx, const char *op, const
   kiln_status st = kiln_ctx_enter(ctx, &scope, op);
   if (st) return st;
   if (fused) { /* one kernel, the workspace unused (wa16_gpu.c) */
-    st = kiln_w4_wgmma(ctx, op, a, stream);
+    st = kiln_w4_wgmma(ctx, op, a, 1, stream);
     kiln_ctx_leave(ctx, &scope);
     return st;
   }
@@ -257,7 +257,7 @@ kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qw
       .x_dtype = kiln_dt_code(X.dtype), .y_dtype = kiln_dt_code(Y.dtype),
   };
   /* sm_90a's one-kernel PREFILL needs no workspace (false on other devices and the CPU) */
-  const bool fused = kiln_w4_wgmma_fits(ctx, &args);
+  const bool fused = kiln_w4_wgmma_fits(ctx, &args, 1);
   static const char *const y_name[1] = {"y"}, *const w_name[1] = {"w"};
   /* AUTO: PREFILL from M = 128 when opts carry the workspace, or without one where the one-kernel
    * path takes the call. On the H200 DECODE wins at M = 64 and PREFILL at M = 128 at 4096 x 4096,

@@ -125,10 +125,13 @@ kiln_status kiln_matmul_int4_gpu(const kiln_context *ctx, const char *op, const 
 kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *args, void *ws,
                                    int64_t ld, CUstream stream);
 /* PREFILL in one kernel on sm_90a (kernels/w4_prefill_sm90.cu: the weight dequantized stage by
- * stage in shared memory, no workspace): fits says whether it takes the problem (TMA can address
- * the buffers, and it is the faster PREFILL there), run launches it (context entered). */
-bool kiln_w4_wgmma_fits(const kiln_context *ctx, const kiln_int4_args *args);
-kiln_status kiln_w4_wgmma(const kiln_context *ctx, const char *op, const kiln_int4_args *args, CUstream stream);
+ * stage into wgmma's register operand, no workspace) for count (1..KILN_W4_WG_PROBLEMS) problems
+ * sharing x (kiln_matmul_int4's one, a fused QKV call's three, each n > 0) in one launch: fits
+ * says whether it takes them (TMA can address the buffers, and it is the faster PREFILL there),
+ * kiln_w4_wgmma launches it (context entered). */
+bool kiln_w4_wgmma_fits(const kiln_context *ctx, const kiln_int4_args *args, int count);
+kiln_status kiln_w4_wgmma(const kiln_context *ctx, const char *op, const kiln_int4_args *args, int count,
+                          CUstream stream);
 /* kiln_qkv_project_int8's PREFILL pass: projection p's int8 weight times its scales, as x's
  * dtype, into ws (row-major [k, p->n], rows ld apart). */
 kiln_status kiln_w8_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_proj *p, int32_t k,

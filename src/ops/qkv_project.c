@@ -175,28 +175,27 @@ static kiln_status gemm(const kiln_context *ctx, const char *op, const kiln_matr
   return KILN_OK;
 }
 
-/* int4 PREFILL on sm_90a: each projection in one kernel, the workspace unused (kiln_w4_wgmma),
- * when that path takes all three (false on other devices and the CPU); a: the projections as
- * kiln_matmul_int4's arguments. */
-static bool w4_fused(const kiln_context *ctx, const kiln_qkv_args *args, kiln_int4_args a[3]) {
-  bool fits = true;
+/* int4 PREFILL on sm_90a: the three projections in one kernel launch, the workspace unused
+ * (kiln_w4_wgmma), when that path takes them (0 on other devices and the CPU); a: the
+ * projections with n > 0 as kiln_matmul_int4's arguments. Returns their count, or 0. */
+static int w4_fused(const kiln_context *ctx, const kiln_qkv_args *args, kiln_int4_args a[3]) {
+  int count = 0;
   for (int i = 0; i < 3; i++) {
-    kiln_qkv_proj_as_int4(args, i, &a[i]);
-    fits = fits && (a[i].n == 0 || kiln_w4_wgmma_fits(ctx, &a[i]));
+    kiln_qkv_proj_as_int4(args, i, &a[count]);
+    if (a[count].n > 0) count++;
   }
-  return fits;
+  return count && kiln_w4_wgmma_fits(ctx, a, count) ? count : 0;
 }
 
-/* fused: the projections for the one-kernel path (w4_fused), or NULL */
+/* fused: the projections for the one-kernel path (w4_fused), fused_count of them, or none */
 static kiln_status prefill(const kiln_context *ctx, const char *op, DLDevice dev, const kiln_matrix *X,
                            const kiln_matrix Y[3], const kiln_qkv_args *args, bool int8, bool merged, void *ws,
-                           const kiln_int4_args *fused, CUstream stream) {
+                           const kiln_int4_args *fused, int fused_count, CUstream stream) {
   kiln_status st = KILN_OK;
-  if (fused) {
+  if (fused_count) {
     kiln_ctx_scope scope;
     if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
-    for (int i = 0; i < 3 && !st; i++)
-      if (fused[i].n > 0) st = kiln_w4_wgmma(ctx, op, &fused[i], stream);
+    st = kiln_w4_wgmma(ctx, op, fused, fused_count, stream);
     kiln_ctx_leave(ctx, &scope);
     return st;
   }
@@ -364,7 +363,7 @@ kiln_status kiln_qkv_project_int8(kiln_context *ctx, const DLTensor *x, const DL
     p->scale = sdata[i];
     p->scale_stride = sstride[i];
   }
-  if (algo == KILN_QKV_PREFILL) return prefill(ctx, op, x->device, &X, Y, &args, true, merged, opts->workspace, NULL,
+  if (algo == KILN_QKV_PREFILL) return prefill(ctx, op, x->device, &X, Y, &args, true, merged, opts->workspace, NULL, 0,
                                                stream);
   return run(ctx, op, &args, true, stream);
 }
@@ -431,13 +430,13 @@ kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const ki
     p->group = (int32_t)w[i]->group;
   }
   kiln_int4_args a[3];
-  const bool fused = w4_fused(ctx, &args, a);
+  const int fused = w4_fused(ctx, &args, a);
   bool merged;
-  if ((st = plan(ctx, op, "kiln_qkv_project_int4_workspace_size", fused, &algo, &merged, opts, &X, Y, w, NULL, NULL)))
+  if ((st = plan(ctx, op, "kiln_qkv_project_int4_workspace_size", fused > 0, &algo, &merged, opts, &X, Y, w, NULL, NULL)))
     return st;
   args.algo = algo;
   if (algo == KILN_QKV_PREFILL)
-    return prefill(ctx, op, x->device, &X, Y, &args, false, merged, opts ? opts->workspace : NULL, fused ? a : NULL,
+    return prefill(ctx, op, x->device, &X, Y, &args, false, merged, opts ? opts->workspace : NULL, a, fused,
                    stream);
   return run(ctx, op, &args, false, stream);
 }

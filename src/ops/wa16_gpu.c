@@ -267,13 +267,23 @@ kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, cons
 #endif
 
 static int64_t w4_sms(const kiln_context *ctx) { return ctx->info.sm_count > 0 ? ctx->info.sm_count : 1; }
-static int64_t w4_col_tiles(const kiln_int4_args *a) { return (a->n + KILN_W4_WG_COLS - 1) / KILN_W4_WG_COLS; }
 
-/* Rows of x per tile: 256, or 128 where 256 would leave more than half the SMs without a tile
- * (at M <= 128 always). */
-static int w4_rows(const kiln_context *ctx, const kiln_int4_args *a) {
+/* The tiles of count problems sharing x, with rows of x per tile bx */
+static int64_t w4_tiles(const kiln_int4_args *a, int count, int bx) {
+  int64_t cols = 0;
+  for (int i = 0; i < count; i++) cols += (a[i].n + KILN_W4_WG_COLS - 1) / KILN_W4_WG_COLS;
+  return (a[0].m + bx - 1) / bx * cols;
+}
+
+/* Tiles for most SMs: what the kernel needs to be the faster PREFILL (kiln_w4_wgmma_fits) */
+static bool w4_enough(const kiln_context *ctx, int64_t tiles) { return tiles * 10 >= w4_sms(ctx) * 7; }
+
+/* Rows of x per tile: 256 where those tiles are enough (kiln_w4_wgmma_fits), else 128 (at
+ * M <= 128 always). Until 2026-12-04 256 from half the SMs' worth of tiles, which sent a call
+ * with 66-91 such tiles (8192 + 1024 + 1024 at M = 256: 80) to the copy + GEMM instead. */
+static int w4_rows(const kiln_context *ctx, const kiln_int4_args *a, int count) {
   if (KILN_W4_WG_BX) return KILN_W4_WG_BX;
-  return a->m > 128 && (a->m + 255) / 256 * w4_col_tiles(a) >= (w4_sms(ctx) + 1) / 2 ? 256 : 128;
+  return a[0].m > 128 && w4_enough(ctx, w4_tiles(a, count, 256)) ? 256 : 128;
 }
 
 /* x as the kernel's wgmma B operand: [M][K], k-major (the kiln_matrix view's strides: a single
@@ -288,40 +298,56 @@ static kiln_matrix w4_x(const kiln_int4_args *a) {
  * bytes: n % 16 == 0) and 16-byte aligned buffers, x row-major with 16-byte rows; act-order would
  * need a gather of x. And where it is the faster PREFILL (H200, docs/performance.md, "PREFILL in
  * one kernel"): its tiles are whole columns of K, so it needs tiles for most SMs (64 tiles at
- * 4096 x 4096, M = 256: 0.69x the copy + GEMM; 96 at 4096 x 12288, M = 128: 1.53x). At any M
- * since its loads were hoisted and its epilogue went through shared memory (M = 4096 x 4096 x
- * 12288: 1.06x the copy + GEMM; 2048 and 4096 x 8192 x 28672: 1.04x and 1.00x; before them
- * 0.82x at M = 4096, hence a bound of 1024 then). */
-bool kiln_w4_wgmma_fits(const kiln_context *ctx, const kiln_int4_args *a) {
+ * 4096 x 4096, M = 256: 0.69x the copy + GEMM; 96 at 4096 x 12288, M = 128: 1.53x), counted
+ * over all the problems of the launch (a fused QKV call's narrow K and V projections alone have
+ * too few). At any M since its loads were hoisted and its epilogue went through shared memory
+ * (M = 4096 x 4096 x 12288: 1.06x the copy + GEMM; 2048 and 4096 x 8192 x 28672: 1.04x and
+ * 1.00x; before them 0.82x at M = 4096, hence a bound of 1024 then). */
+bool kiln_w4_wgmma_fits(const kiln_context *ctx, const kiln_int4_args *a, int count) {
   /* the cheap tests first: every int4 call asks, DECODE's too */
-  if (!KILN_W4_WGMMA || ctx->arch != 90 || a->perm || a->n % 16) return false;
+  if (!KILN_W4_WGMMA || ctx->arch != 90 || count < 1 || count > KILN_W4_WG_PROBLEMS) return false;
+  for (int i = 0; i < count; i++)
+    if (a[i].perm || a[i].n % 16) return false;
   const kiln_matrix x = w4_x(a);
-  if (x.cs != 1 || !kiln_wgmma_operand_ok(&x) || !aligned16(a->codes) || !aligned16(a->scales) || !aligned16(a->zeros))
-    return false;
-  const int bx = w4_rows(ctx, a);
-  return a->m <= KILN_W4_WG_MAX_M && (a->m + bx - 1) / bx * w4_col_tiles(a) * 10 >= w4_sms(ctx) * 7;
+  if (x.cs != 1 || !kiln_wgmma_operand_ok(&x)) return false;
+  for (int i = 0; i < count; i++)
+    if (!aligned16(a[i].codes) || !aligned16(a[i].scales) || !aligned16(a[i].zeros)) return false;
+  return a->m <= KILN_W4_WG_MAX_M && w4_enough(ctx, w4_tiles(a, count, w4_rows(ctx, a, count)));
 }
 
-kiln_status kiln_w4_wgmma(const kiln_context *ctx, const char *op, const kiln_int4_args *a, CUstream stream) {
-  const int64_t sms = w4_sms(ctx), cols = w4_col_tiles(a), groups = a->k / a->group;
-  const int bx = w4_rows(ctx, a);
-  const kiln_w4_wgmma_args args = {.a = *a, .group_rows = a->group == 32 && groups > 1 ? 2 : 1};
-  kiln_tensor_map maps[4]; /* x, codes, scales, zeros (kernels/w4_prefill_sm90.cu, Maps) */
-  const kiln_matrix x = w4_x(a);
-  const uint64_t n = (uint64_t)a->n;
+/* One projection's codes, scales and zeros maps (kernels/w4_prefill_sm90.cu, WeightMaps) */
+static kiln_status w4_weight_maps(const kiln_context *ctx, const char *op, const kiln_int4_args *a, int group_rows,
+                                  kiln_tensor_map maps[3]) {
+  const uint64_t n = (uint64_t)a->n, groups = (uint64_t)(a->k / a->group);
   const uint64_t cdims[2] = {n, (uint64_t)a->k / 8}, cstride[1] = {n * 4};
-  const uint64_t gdims[2] = {n, (uint64_t)groups}, sstride[1] = {n * 2}, zstride[1] = {n};
-  const uint32_t cbox[2] = {KILN_W4_WG_COLS, 8}, gbox[2] = {KILN_W4_WG_COLS, (uint32_t)args.group_rows};
+  const uint64_t gdims[2] = {n, groups}, sstride[1] = {n * 2}, zstride[1] = {n};
+  const uint32_t cbox[2] = {KILN_W4_WG_COLS, 8}, gbox[2] = {KILN_W4_WG_COLS, (uint32_t)group_rows};
   kiln_status st;
-  if ((st = kiln_wgmma_operand_map(ctx, op, "x", &x, (uint32_t)bx, &maps[0])) ||
-      (st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, a->codes, cdims, cstride, cbox,
-                         CU_TENSOR_MAP_SWIZZLE_NONE, &maps[1])) ||
+  if ((st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, a->codes, cdims, cstride, cbox,
+                         CU_TENSOR_MAP_SWIZZLE_NONE, &maps[0])) ||
       (st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, a->scales, gdims, sstride, gbox,
-                         CU_TENSOR_MAP_SWIZZLE_NONE, &maps[2])) ||
-      (st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, a->zeros, gdims, zstride, gbox,
-                         CU_TENSOR_MAP_SWIZZLE_NONE, &maps[3])))
+                         CU_TENSOR_MAP_SWIZZLE_NONE, &maps[1])))
     return st;
-  const int64_t items = (a->m + bx - 1) / bx * cols, grid = items < sms ? items : sms;
+  return kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, a->zeros, gdims, zstride, gbox,
+                      CU_TENSOR_MAP_SWIZZLE_NONE, &maps[2]);
+}
+
+kiln_status kiln_w4_wgmma(const kiln_context *ctx, const char *op, const kiln_int4_args *a, int count,
+                          CUstream stream) {
+  const int bx = w4_rows(ctx, a, count);
+  kiln_w4_wgmma_args args = {.count = count};
+  /* x, then codes, scales and zeros per problem (kernels/w4_prefill_sm90.cu, Maps); unused ones
+   * stay zero */
+  kiln_tensor_map maps[1 + 3 * KILN_W4_WG_PROBLEMS] = {0};
+  const kiln_matrix x = w4_x(a);
+  kiln_status st = kiln_wgmma_operand_map(ctx, op, "x", &x, (uint32_t)bx, &maps[0]);
+  for (int i = 0; i < count && !st; i++) {
+    args.a[i] = a[i];
+    args.group_rows[i] = a[i].group == 32 && a[i].k / a[i].group > 1 ? 2 : 1;
+    st = w4_weight_maps(ctx, op, &a[i], args.group_rows[i], &maps[1 + 3 * i]);
+  }
+  if (st) return st;
+  const int64_t sms = w4_sms(ctx), items = w4_tiles(a, count, bx), grid = items < sms ? items : sms;
   void *params[] = {(void *)&args, maps};
   static const kiln_kernel_id kernels[2][2] = {{KILN_K_W4A16_WGMMA128_F16, KILN_K_W4A16_WGMMA128_BF16},
                                                {KILN_K_W4A16_WGMMA256_F16, KILN_K_W4A16_WGMMA256_BF16}};
