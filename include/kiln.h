@@ -471,12 +471,16 @@ KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, cons
  * (both within SPEC §5). The projections run in turn, reusing a workspace of the largest
  * weight's size; when q, k and v are adjacent column slices of one row-major buffer and the
  * workspace holds all three weights, they go side by side and one GEMM writes the three (the
- * workspace queries then ask for that size). int4 on sm_90: when all three projections qualify
- * for kiln_matmul_int4's one-kernel PREFILL (above), each runs it instead, the workspace
- * untouched. AUTO picks PREFILL from M = 256 when opts carry a
- * workspace, or (int4) when that one-kernel PREFILL takes all three, else DECODE. int8 weights are fastest column-major with 8-byte aligned columns (a
- * Linear weight [N, K] as its transposed view) or row-major with 4-byte aligned rows; other
- * layouts load element by element. */
+ * workspace queries then ask for that size). On sm_90 one kernel takes all three projections
+ * instead, the workspace untouched, when together they have tiles for most SMs and TMA can read
+ * them: int4 as kiln_matmul_int4's one-kernel PREFILL (above); int8 when the weights are
+ * column-major views with 16-byte aligned columns (a Linear weight [N, K] transposed) and each
+ * n % 16 == 0, with the exact integer weights in x's dtype and each sum times its scale in fp32
+ * before the one rounding (so its bits differ from the workspace path's). AUTO picks PREFILL
+ * from M = 256 when opts carry a workspace or that one kernel takes the call, else DECODE. int8
+ * weights are fastest column-major with 8-byte aligned columns (a Linear weight [N, K] as its
+ * transposed view) or row-major with 4-byte aligned rows; other layouts load element by
+ * element. */
 typedef enum kiln_qkv_algo {
   KILN_QKV_AUTO = 0,    /* the CPU path on a CPU context; on a GPU DECODE or PREFILL (above) */
   KILN_QKV_DECODE = 1,  /* GPU: bandwidth-bound over the three weights' bytes, small M (decode, M <= ~16) */

@@ -125,6 +125,10 @@
   X(KILN_K_W4A16_WGMMA256_BF16, "kiln_w4a16_wgmma256_bf16", "w4_prefill_sm90") \
   X(KILN_K_W4A16_WGMMA128_F16, "kiln_w4a16_wgmma128_f16", "w4_prefill_sm90") \
   X(KILN_K_W4A16_WGMMA128_BF16, "kiln_w4a16_wgmma128_bf16", "w4_prefill_sm90") \
+  X(KILN_K_W8A16_WGMMA256_F16, "kiln_w8a16_wgmma256_f16", "w4_prefill_sm90") \
+  X(KILN_K_W8A16_WGMMA256_BF16, "kiln_w8a16_wgmma256_bf16", "w4_prefill_sm90") \
+  X(KILN_K_W8A16_WGMMA128_F16, "kiln_w8a16_wgmma128_f16", "w4_prefill_sm90") \
+  X(KILN_K_W8A16_WGMMA128_BF16, "kiln_w8a16_wgmma128_bf16", "w4_prefill_sm90") \
   X(KILN_K_W4_DEQUANT_F16, "kiln_w4_dequant_f16", "w4_dequant") \
   X(KILN_K_W4_DEQUANT_BF16, "kiln_w4_dequant_bf16", "w4_dequant") \
   X(KILN_K_W8_DEQUANT_F16, "kiln_w8_dequant_f16", "w8_dequant") \

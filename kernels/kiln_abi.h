@@ -421,16 +421,18 @@ typedef struct kiln_wa16_tma_args {
 
 /* kiln_matmul_int4's PREFILL on sm_90a without a dequantized copy (kernels/w4_prefill_sm90.cu):
  * y^T = W^T · x^T as 128 weight columns x BX rows of x per tile (BX 256 or 128), 64 k a stage.
- * A stage of the ring is x's [BX][64] box (128-byte swizzled), then the codes [8 word rows][128
- * columns] and 2 rows of scales (f16) and of zeros (u8), rounded up to 1024 bytes (the weight is
+ * The same kernel takes int8 weights (W8A16: kiln_qkv_project_int8's PREFILL), K-contiguous.
+ * A stage of the ring is x's [BX][64] box (128-byte swizzled), then the weight's: int4 the codes
+ * [8 word rows][128 columns] and 2 rows of scales (f16) and of zeros (u8); int8 the bytes [128
+ * columns][64 k] (64-byte swizzled); room for the larger, rounded up to 1024 bytes (the weight is
  * dequantized into registers); 4 stages, then a full and an empty mbarrier each, then 1 KB per
  * consumer warp for the epilogue's transposition (32 rows of x x 16 columns, 16-bit). */
 #define KILN_W4_WG_COLS 128
 #define KILN_W4_WG_CODE_BYTES (8 * KILN_W4_WG_COLS * 4)
 #define KILN_W4_WG_SCALE_BYTES (2 * KILN_W4_WG_COLS * 2)
 #define KILN_W4_WG_ZERO_BYTES (2 * KILN_W4_WG_COLS)
-#define KILN_W4_WG_STAGE_BYTES(bx) \
-  (((bx) * 128 + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES + KILN_W4_WG_ZERO_BYTES + 1023) / 1024 * 1024)
+#define KILN_W8_WG_W_BYTES (KILN_W4_WG_COLS * 64)
+#define KILN_W4_WG_STAGE_BYTES(bx) (((bx) * 128 + KILN_W8_WG_W_BYTES + 1023) / 1024 * 1024)
 #ifndef KILN_W4_WG_STAGES /* tuning (scripts/w4-prefill-ladder.sh): 5 fit (p14-s5: no faster) */
 #define KILN_W4_WG_STAGES 4
 #endif
@@ -445,6 +447,9 @@ typedef struct kiln_w4_wgmma_args {
   kiln_int4_args a[KILN_W4_WG_PROBLEMS]; /* the first count used; x, m and k the same in each */
   int32_t group_rows[KILN_W4_WG_PROBLEMS]; /* rows of a stage's scales and zeros boxes: 2 when G = 32, else 1 */
   int32_t count;
+  /* int8 weights: y[i, j] = scale[j·scale_stride] · Σ x·w (scale_stride 0: one for the problem) */
+  const float *scale[KILN_W4_WG_PROBLEMS];
+  int64_t scale_stride[KILN_W4_WG_PROBLEMS];
 } kiln_w4_wgmma_args;
 
 #endif /* KILN_ABI_H */

@@ -150,6 +150,25 @@ KILN_DEVICE void stage_frags(uint32_t (&f)[4][4], const uint8_t *st, int col, in
     for (int r = 0; r < 4; r++) f[i][r] = dequant_pair<BF16>(w[2 * i + r / 2][r % 2], sel, shift, ps[i / 2][r % 2]);
 }
 
+/* The same fragments from int8 weights (W8A16): the stage's [128 columns][64 k] bytes, 64-byte
+ * rows, chunk j of row c at j ^ (c / 2) % 4 (TMA's 64-byte swizzle). Register r of step i is
+ * column col + 8·(r % 2) at k 16i + 2q + 8·(r / 2): two adjacent bytes, one LDS.U16 (a warp's
+ * eight rows land in eight distinct 16-byte bank groups), as the exact integers in x's dtype
+ * (wa16.cuh's i8x2w on the sign-flipped bytes); the scale is applied to the sums in the
+ * epilogue. */
+template <bool BF16>
+KILN_DEVICE void stage_frags_w8(uint32_t (&f)[4][4], const uint8_t *st, int col, int q) {
+  const int sw = (col >> 1) & 3; /* the same for col + 8 */
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      const int c = col + 8 * (r % 2);
+      const uint32_t v = *reinterpret_cast<const uint16_t *>(st + c * 64 + ((i ^ sw) << 4) + 2 * q + 8 * (r / 2));
+      f[i][r] = wa16::i8x2w<BF16, 0, 1>(wa16::flip8(v));
+    }
+}
+
 /* The epilogue where y is row-major with 16-byte aligned rows and a 16-bit dtype (OUT_BF16):
  * yᵀ's fragments leave through shared memory, transposed, as whole 32-byte sectors of y's rows.
  * Stored straight from the accumulator layout, a lane holds two rows of yᵀ (columns of y, 16
@@ -190,7 +209,7 @@ KILN_DEVICE void store_yt_rows(const float (&d)[BX / 2], uint8_t *stage, char *y
   }
 }
 
-template <bool BF16, int BX>
+template <bool BF16, int BX, bool W8>
 KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
   constexpr int STAGES = KILN_W4_WG_STAGES, STAGE_BYTES = KILN_W4_WG_STAGE_BYTES(BX), X_BYTES = BX * 128;
   constexpr int CODES_AT = X_BYTES; /* in a stage */
@@ -231,17 +250,24 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
         locate<BX>(p, item, pi, tm, tn);
         const WeightMaps &wm = maps.w[pi];
         const int group = p.a[pi].group;
-        const uint32_t tx = X_BYTES + KILN_W4_WG_CODE_BYTES + (uint32_t)p.group_rows[pi] * BW * 3; /* whole boxes */
+        /* whole boxes */
+        const uint32_t tx = X_BYTES + (W8 ? KILN_W8_WG_W_BYTES
+                                           : KILN_W4_WG_CODE_BYTES + (uint32_t)p.group_rows[pi] * BW * 3);
         for (int kt = 0; kt < nk; kt++, g++) {
-          const int s = g % STAGES, k0 = kt * BK, grow = k0 / group; /* grow: the stage's first group row */
+          const int s = g % STAGES, k0 = kt * BK;
           sm90::mbar_wait(&empty[s], ((g / STAGES) & 1) ^ 1);
           sm90::mbar_expect_tx(&full[s], tx);
           uint8_t *st = smem + s * STAGE_BYTES;
           sm90::tma_load(st, &maps.x, &full[s], k0, tm * BX, 0, false);
-          sm90::tma_load(st + CODES_AT, &wm.codes, &full[s], tn * BW, k0 / 8, 0, false);
-          sm90::tma_load(st + CODES_AT + KILN_W4_WG_CODE_BYTES, &wm.scales, &full[s], tn * BW, grow, 0, false);
-          sm90::tma_load(st + CODES_AT + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES, &wm.zeros, &full[s],
-                         tn * BW, grow, 0, false);
+          if constexpr (W8) { /* the int8 weight's [128 columns][64 k] box (codes: its map) */
+            sm90::tma_load(st + CODES_AT, &wm.codes, &full[s], k0, tn * BW, 0, false);
+          } else {
+            const int grow = k0 / group; /* the stage's first group row */
+            sm90::tma_load(st + CODES_AT, &wm.codes, &full[s], tn * BW, k0 / 8, 0, false);
+            sm90::tma_load(st + CODES_AT + KILN_W4_WG_CODE_BYTES, &wm.scales, &full[s], tn * BW, grow, 0, false);
+            sm90::tma_load(st + CODES_AT + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES, &wm.zeros, &full[s],
+                           tn * BW, grow, 0, false);
+          }
         }
       }
     }
@@ -268,7 +294,10 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
       const int s = g % STAGES;
       const uint8_t *st = smem + s * STAGE_BYTES;
       sm90::mbar_wait(&full[s], (g / STAGES) & 1);
-      stage_frags<BF16>(f, st + CODES_AT, 64 * cw + 16 * warp + lane / 4, lane % 4, r1);
+      if constexpr (W8)
+        stage_frags_w8<BF16>(f, st + CODES_AT, 64 * cw + 16 * warp + lane / 4, lane % 4);
+      else
+        stage_frags<BF16>(f, st + CODES_AT, 64 * cw + 16 * warp + lane / 4, lane % 4, r1);
       /* every fragment defined before the fence: the compiler may otherwise sink a fragment's
        * arithmetic below the first wgmmas of the batch, which serializes them (C7513) */
 #pragma unroll
@@ -297,6 +326,14 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
      * (weight columns) from n0, its columns the tile's rows of x, y_rs apart. y row-major,
      * 16-byte rows, 16-bit: the epilogue through shared memory (store_yt_rows). */
     const int n0 = tn * BW + 64 * cw + 16 * warp;
+    if constexpr (W8) { /* the sums times each column's scale (rows c, c + 8 of the fragment) */
+      const int c = n0 + lane / 4;
+      const float *sc = p.scale[pi];
+      const int64_t ss = p.scale_stride[pi];
+      const float s0 = c < a.n ? sc[c * ss] : 0.f, s1 = c + 8 < a.n ? sc[(c + 8) * ss] : 0.f;
+#pragma unroll
+      for (int j = 0; j < BX / 8; j++) d[4 * j] *= s0, d[4 * j + 1] *= s0, d[4 * j + 2] *= s1, d[4 * j + 3] *= s1;
+    }
     if (a.y_dtype != KILN_DT_F32 && a.y_cs == 1 && a.y_rs % 8 == 0 && (uintptr_t)a.y % 16 == 0) {
       char *y = n0 < a.n ? (char *)a.y + ((int64_t)tm * BX * a.y_rs + n0) * 2 : nullptr;
       if (a.y_dtype == KILN_DT_BF16)
@@ -315,16 +352,20 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
 } /* namespace kiln */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define KILN_W4_WG_BODY(bf16, bx) kiln::w4wg::w4_wgmma<bf16, bx>(args, maps);
+#define KILN_W4_WG_BODY(bf16, bx, w8) kiln::w4wg::w4_wgmma<bf16, bx, w8>(args, maps);
 #else
-#define KILN_W4_WG_BODY(bf16, bx) __trap(); /* sm_90a only; the host never launches it elsewhere */
+#define KILN_W4_WG_BODY(bf16, bx, w8) __trap(); /* sm_90a only; the host never launches it elsewhere */
 #endif
-#define KILN_W4_WG_ENTRY(name, bf16, bx)                                                                         \
+#define KILN_W4_WG_ENTRY(name, bf16, bx, w8)                                                                     \
   extern "C" __global__ void __launch_bounds__(KILN_W4_WG_THREADS, 1)                                             \
       name(const __grid_constant__ kiln_w4_wgmma_args args, const __grid_constant__ kiln::w4wg::Maps maps) {      \
-    KILN_W4_WG_BODY(bf16, bx)                                                                                     \
+    KILN_W4_WG_BODY(bf16, bx, w8)                                                                                 \
   }
-KILN_W4_WG_ENTRY(kiln_w4a16_wgmma256_f16, false, 256)
-KILN_W4_WG_ENTRY(kiln_w4a16_wgmma256_bf16, true, 256)
-KILN_W4_WG_ENTRY(kiln_w4a16_wgmma128_f16, false, 128)
-KILN_W4_WG_ENTRY(kiln_w4a16_wgmma128_bf16, true, 128)
+KILN_W4_WG_ENTRY(kiln_w4a16_wgmma256_f16, false, 256, false)
+KILN_W4_WG_ENTRY(kiln_w4a16_wgmma256_bf16, true, 256, false)
+KILN_W4_WG_ENTRY(kiln_w4a16_wgmma128_f16, false, 128, false)
+KILN_W4_WG_ENTRY(kiln_w4a16_wgmma128_bf16, true, 128, false)
+KILN_W4_WG_ENTRY(kiln_w8a16_wgmma256_f16, false, 256, true)
+KILN_W4_WG_ENTRY(kiln_w8a16_wgmma256_bf16, true, 256, true)
+KILN_W4_WG_ENTRY(kiln_w8a16_wgmma128_f16, false, 128, true)
+KILN_W4_WG_ENTRY(kiln_w8a16_wgmma128_bf16, true, 128, true)

@@ -119,7 +119,8 @@ static void assert_context_usable(kiln_context *ctx, CUstream stream) {
 /* kiln_matmul_int8's and kiln_qkv_project_int8's host paths on the fake sm_90 (run in CI, no
  * GPU): AUTO and WGMMA encode UINT8 TMA descriptors and launch the WGMMA kernels, MMA_SYNC the
  * IMMA ones; WGMMA refuses an n-major B by name; the int8 QKV PREFILL refuses a missing workspace
- * and one that overlaps a weight, and runs with the size its query gives. */
+ * and one that overlaps a weight, and runs with the size its query gives; with enough tiles and
+ * column-major weights it runs in one kernel, without a workspace under AUTO. */
 static void int8_paths(kiln_context *ctx) {
   const DLDataType I8 = {kDLInt, 8, 1};
   const int allocations = fake("live_allocations");
@@ -177,7 +178,34 @@ static void int8_paths(kiln_context *ctx) {
   q = kiln_qkv_opts_default();
   assert_kiln_ok(kiln_qkv_project_int8(ctx, &x4->dl_tensor, &w2t, &w2t, &w2t, &sv, &sv, &sv, &y4[0]->dl_tensor,
                                        &y4[1]->dl_tensor, &y4[2]->dl_tensor, &q, NULL));
-  DLManagedTensorVersioned *all[] = {a, w, b, c, x, s, y[0], y[1], y[2], ws, x4, w2, y4[0], y4[1], y4[2]};
+  /* PREFILL in one kernel (kernels/w4_prefill_sm90.cu, int8): x [256, 64], three column-major
+   * 12288-wide weights (96 tiles each, one launch: x's map and one per weight), with the
+   * workspace explicit or AUTO without one; a row-major weight keeps the workspace path */
+  DLManagedTensorVersioned *x256 = empty(ctx, TEST_F16, 256, 64), *w3 = empty(ctx, I8, 12288, 64),
+                           *s3 = empty(ctx, TEST_F32, 1, 12288), *y3[3], *ws3 = empty(ctx, TEST_F16, 64, 12288);
+  for (int i = 0; i < 3; i++) y3[i] = empty(ctx, TEST_F16, 256, 12288);
+  DLTensor w3t = w3->dl_tensor, s3v = s3->dl_tensor;
+  int64_t w3t_shape[2] = {64, 12288}, w3t_strides[2] = {1, 64}, s3_shape[1] = {12288};
+  w3t.shape = w3t_shape, w3t.strides = w3t_strides;
+  s3v.ndim = 1, s3v.shape = s3_shape, s3v.strides = NULL;
+  q = kiln_qkv_opts_default();
+  q.algo = KILN_QKV_PREFILL, q.workspace = ws3->dl_tensor.data, q.workspace_bytes = 64 * 12288 * 2;
+  for (int i = 0; i < 2; i++) {
+    const int maps = fake("tensor_maps"), launches = fake("launches_0");
+    assert_kiln_ok(kiln_qkv_project_int8(ctx, &x256->dl_tensor, &w3t, &w3t, &w3t, &s3v, &s3v, &s3v, &y3[0]->dl_tensor,
+                                         &y3[1]->dl_tensor, &y3[2]->dl_tensor, i ? NULL : &q, NULL));
+    assert_int_equal(fake("tensor_maps") - maps, 4);
+    assert_int_equal(fake("launches_0") - launches, 1);
+  }
+  DLTensor w3r = w3t; /* the same bytes seen as a row-major [64, 12288] */
+  int64_t w3r_strides[2] = {12288, 1};
+  w3r.strides = w3r_strides;
+  int maps = fake("tensor_maps");
+  assert_kiln_ok(kiln_qkv_project_int8(ctx, &x256->dl_tensor, &w3r, &w3r, &w3r, &s3v, &s3v, &s3v, &y3[0]->dl_tensor,
+                                       &y3[1]->dl_tensor, &y3[2]->dl_tensor, &q, NULL));
+  assert_int_equal(fake("tensor_maps") - maps, 6); /* three dequantizations and GEMMs: two maps each */
+  DLManagedTensorVersioned *all[] = {a, w, b, c, x, s, y[0], y[1], y[2], ws, x4, w2, y4[0], y4[1], y4[2],
+                                     x256, w3, s3, ws3, y3[0], y3[1], y3[2]};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_tensor_free(all[i]);
   assert_int_equal(fake("live_allocations"), allocations);
   assert_int_equal(fake("context_depth"), 0);

@@ -595,7 +595,8 @@ static void deterministic(void **state) {
 typedef struct i8case {
   int64_t M, K, N[3];
   int xd, yd, seed; /* W16_X_DT, W16_OUT_DT indices; seed picks layouts, padding, int8/uint8 */
-  int prefill;      /* 1: algo PREFILL with a workspace, 2: AUTO with a workspace (M >= 256) */
+  int prefill;      /* 1: algo PREFILL with a workspace, 2: AUTO with a workspace (M >= 256), 3: AUTO
+                     * without one (sm_90a's one-kernel PREFILL where it takes the call) */
   int col;          /* 1: every weight column-major with 16-byte columns (the sm_90a TMA kernel's) */
 } i8case;
 
@@ -626,7 +627,9 @@ static int run_int8_case(const i8case *c) {
   }
   kiln_qkv_opts opts = kiln_qkv_opts_default();
   DLManagedTensorVersioned *ws = NULL;
-  if (c->prefill) {
+  /* the workspace path multiplies rounded weights; the one kernel exact ones, scaled after */
+  const bool ws_path = c->prefill == 1 || c->prefill == 2;
+  if (ws_path) {
     size_t bytes = 0;
     assert_kiln_ok(kiln_qkv_project_int8_workspace_size(g_ctx, &gx.t, &gw[0].t, &gw[1].t, &gw[2].t, &st[0], &st[1],
                                                         &st[2], &gy[0].t, &gy[1].t, &gy[2].t, &bytes));
@@ -649,14 +652,14 @@ static int run_int8_case(const i8case *c) {
              w[i].rs == 1 ? " col-major" : "", s[i].n > 1 ? " column scales" : "", i);
     gmat_down(&gy[i], &y[i]);
     double *wd = i8_values(&w[i]), *sc = ts_expand(&s[i], c->N[i]), *ref, *mag;
-    if (c->prefill) { /* PREFILL multiplies w · scale rounded to x's dtype (kiln.h): so does its reference
+    if (ws_path) { /* PREFILL multiplies w · scale rounded to x's dtype (kiln.h): so does its reference
                        * (an int8 times an f32 is exact in double; round_to rounds it to f32, then x's dtype,
                        * as the kernel's f32 product is rounded) */
       for (int64_t r = 0; r < K; r++)
         for (int64_t j = 0; j < c->N[i]; j++) wd[r * c->N[i] + j] *= sc[j];
       round_to(wd, K * c->N[i], W16_X_DT[c->xd]);
     }
-    w16_reference(&x, wd, NULL, c->N[i], c->prefill ? NULL : sc, &ref, &mag);
+    w16_reference(&x, wd, NULL, c->N[i], ws_path ? NULL : sc, &ref, &mag);
     ok = check(&y[i], ref, mag, K, what);
     free(ref), free(wd), free(sc);
   }
@@ -683,6 +686,24 @@ static void qkv_int8_prefill(void **state) {
   int failures = 0;
   for (int i = 0; i < n; i++) failures += !run_int8_case(&cs[i]);
   if (failures) fail_msg("%d of %d int8 PREFILL cases failed (listed above)", failures, n);
+}
+
+/* kiln_qkv_project_int8's PREFILL in one kernel on sm_90a (w4_prefill_sm90.cu with int8
+ * weights): AUTO without a workspace, column-major 16-byte aligned weights (padded or not), int8
+ * and uint8, scales [1] and strided [N], GQA widths in one launch: 4096 + 1024 + 1024 at M = 500
+ * (96 tiles of 256 rows, ragged last rows) and M = 256 (48 such tiles, so 96 of 128 rows), 8192
+ * + 1024 + 1024 at M = 300 with K 304 (a last stage of 48 k); every x dtype, f16, bf16 and f32
+ * y. Where the kernel does not take a call, AUTO's DECODE is checked the same way. */
+static void qkv_int8_prefill_fused(void **state) {
+  (void)state;
+  const i8case cs[] = {
+      {500, 256, {4096, 1024, 1024}, 0, 0, 0, 3, 1}, {256, 256, {4096, 1024, 1024}, 1, 1, 1, 3, 1},
+      {300, 304, {8192, 1024, 1024}, 0, 2, 2, 3, 1}, {511, 256, {4096, 1024, 1024}, 1, 2, 3, 3, 1},
+  };
+  const int n = (int)(sizeof cs / sizeof cs[0]);
+  int failures = 0;
+  for (int i = 0; i < n; i++) failures += !run_int8_case(&cs[i]);
+  if (failures) fail_msg("%d of %d int8 one-kernel PREFILL cases failed (listed above)", failures, n);
 }
 
 static void qkv_int8(void **state) {
@@ -892,7 +913,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(aligned_decode), cmocka_unit_test(decode_edges), cmocka_unit_test(dependent_chain),
       cmocka_unit_test(qkv_fused), cmocka_unit_test(qkv_fused_aligned), cmocka_unit_test(qkv_prefill),
       cmocka_unit_test(qkv_prefill_merged), cmocka_unit_test(qkv_int8), cmocka_unit_test(qkv_int8_tma),
-      cmocka_unit_test(qkv_int8_prefill), cmocka_unit_test(deterministic), cmocka_unit_test(prefill), cmocka_unit_test(prefill_fused),
+      cmocka_unit_test(qkv_int8_prefill), cmocka_unit_test(qkv_int8_prefill_fused), cmocka_unit_test(deterministic), cmocka_unit_test(prefill), cmocka_unit_test(prefill_fused),
       cmocka_unit_test(refusals),
   };
   int failed = cmocka_run_group_tests_name("gpu_int4", tests, NULL, NULL);

@@ -132,6 +132,10 @@ kiln_status kiln_w4_dequantize_gpu(const kiln_context *ctx, const char *op, cons
 bool kiln_w4_wgmma_fits(const kiln_context *ctx, const kiln_int4_args *args, int count);
 kiln_status kiln_w4_wgmma(const kiln_context *ctx, const char *op, const kiln_int4_args *args, int count,
                           CUstream stream);
+/* The same kernel for kiln_qkv_project_int8's PREFILL (int8 weights, K-contiguous; the scales
+ * applied to the fp32 sums): its projections with n > 0 in one launch. */
+bool kiln_w8_wgmma_fits(const kiln_context *ctx, const kiln_qkv_args *args);
+kiln_status kiln_w8_wgmma(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);
 /* kiln_qkv_project_int8's PREFILL pass: projection p's int8 weight times its scales, as x's
  * dtype, into ws (row-major [k, p->n], rows ld apart). */
 kiln_status kiln_w8_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_proj *p, int32_t k,

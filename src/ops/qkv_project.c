@@ -187,7 +187,8 @@ static int w4_fused(const kiln_context *ctx, const kiln_qkv_args *args, kiln_int
   return count && kiln_w4_wgmma_fits(ctx, a, count) ? count : 0;
 }
 
-/* fused: the projections for the one-kernel path (w4_fused), fused_count of them, or none */
+/* fused_count > 0: the one-kernel path (int4: w4_fused's projections in fused; int8:
+ * kiln_w8_wgmma_fits held) */
 static kiln_status prefill(const kiln_context *ctx, const char *op, DLDevice dev, const kiln_matrix *X,
                            const kiln_matrix Y[3], const kiln_qkv_args *args, bool int8, bool merged, void *ws,
                            const kiln_int4_args *fused, int fused_count, CUstream stream) {
@@ -195,7 +196,7 @@ static kiln_status prefill(const kiln_context *ctx, const char *op, DLDevice dev
   if (fused_count) {
     kiln_ctx_scope scope;
     if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
-    st = kiln_w4_wgmma(ctx, op, fused, fused_count, stream);
+    st = int8 ? kiln_w8_wgmma(ctx, op, args, stream) : kiln_w4_wgmma(ctx, op, fused, fused_count, stream);
     kiln_ctx_leave(ctx, &scope);
     return st;
   }
@@ -350,10 +351,6 @@ kiln_status kiln_qkv_project_int8(kiln_context *ctx, const DLTensor *x, const DL
   int64_t sstride[3];
   if ((st = check_int8_call(ctx, op, x, w, s, out, &X, W, S, Y, sdata, sstride))) return st;
 
-  bool merged;
-  if ((st = plan(ctx, op, "kiln_qkv_project_int8_workspace_size", false, &algo, &merged, opts, &X, Y, NULL, W, S)))
-    return st;
-
   kiln_qkv_args args;
   set_common(&args, &X, Y, algo);
   for (int i = 0; i < 3; i++) {
@@ -363,8 +360,15 @@ kiln_status kiln_qkv_project_int8(kiln_context *ctx, const DLTensor *x, const DL
     p->scale = sdata[i];
     p->scale_stride = sstride[i];
   }
-  if (algo == KILN_QKV_PREFILL) return prefill(ctx, op, x->device, &X, Y, &args, true, merged, opts->workspace, NULL, 0,
-                                               stream);
+  /* PREFILL in one kernel on sm_90a where it applies (no workspace needed) */
+  const bool fused = kiln_w8_wgmma_fits(ctx, &args);
+  bool merged;
+  if ((st = plan(ctx, op, "kiln_qkv_project_int8_workspace_size", fused, &algo, &merged, opts, &X, Y, NULL, W, S)))
+    return st;
+  args.algo = algo;
+  if (algo == KILN_QKV_PREFILL)
+    return prefill(ctx, op, x->device, &X, Y, &args, true, merged, opts ? opts->workspace : NULL, NULL, fused ? 3 : 0,
+                   stream);
   return run(ctx, op, &args, true, stream);
 }
 

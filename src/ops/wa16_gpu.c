@@ -332,28 +332,84 @@ static kiln_status w4_weight_maps(const kiln_context *ctx, const char *op, const
                       CU_TENSOR_MAP_SWIZZLE_NONE, &maps[2]);
 }
 
+/* Launches the kernel on args' count problems (x and y from a), their weight maps in maps[1 ..] */
+static kiln_status wg_launch(const kiln_context *ctx, const char *op, const kiln_w4_wgmma_args *args,
+                             const kiln_int4_args *a, kiln_tensor_map *maps, bool w8, CUstream stream) {
+  const int bx = w4_rows(ctx, a, args->count);
+  const kiln_matrix x = w4_x(a);
+  kiln_status st = kiln_wgmma_operand_map(ctx, op, "x", &x, (uint32_t)bx, &maps[0]);
+  if (st) return st;
+  const int64_t sms = w4_sms(ctx), items = w4_tiles(a, args->count, bx), grid = items < sms ? items : sms;
+  void *params[] = {(void *)args, maps};
+  static const kiln_kernel_id kernels[2][2][2] = {
+      {{KILN_K_W4A16_WGMMA128_F16, KILN_K_W4A16_WGMMA128_BF16}, {KILN_K_W4A16_WGMMA256_F16, KILN_K_W4A16_WGMMA256_BF16}},
+      {{KILN_K_W8A16_WGMMA128_F16, KILN_K_W8A16_WGMMA128_BF16}, {KILN_K_W8A16_WGMMA256_F16, KILN_K_W8A16_WGMMA256_BF16}}};
+  const kiln_kernel_id kernel = kernels[w8][bx == 256][a->x_dtype == KILN_DT_BF16];
+  const unsigned smem = (unsigned)KILN_W4_WG_SMEM_BYTES(bx);
+  return kiln_launch_dependent(ctx, kernel, (unsigned)grid, KILN_W4_WG_THREADS, smem, stream, params, op);
+}
+
 kiln_status kiln_w4_wgmma(const kiln_context *ctx, const char *op, const kiln_int4_args *a, int count,
                           CUstream stream) {
-  const int bx = w4_rows(ctx, a, count);
   kiln_w4_wgmma_args args = {.count = count};
   /* x, then codes, scales and zeros per problem (kernels/w4_prefill_sm90.cu, Maps); unused ones
    * stay zero */
   kiln_tensor_map maps[1 + 3 * KILN_W4_WG_PROBLEMS] = {0};
-  const kiln_matrix x = w4_x(a);
-  kiln_status st = kiln_wgmma_operand_map(ctx, op, "x", &x, (uint32_t)bx, &maps[0]);
+  kiln_status st = KILN_OK;
   for (int i = 0; i < count && !st; i++) {
     args.a[i] = a[i];
     args.group_rows[i] = a[i].group == 32 && a[i].k / a[i].group > 1 ? 2 : 1;
     st = w4_weight_maps(ctx, op, &a[i], args.group_rows[i], &maps[1 + 3 * i]);
   }
-  if (st) return st;
-  const int64_t sms = w4_sms(ctx), items = w4_tiles(a, count, bx), grid = items < sms ? items : sms;
-  void *params[] = {(void *)&args, maps};
-  static const kiln_kernel_id kernels[2][2] = {{KILN_K_W4A16_WGMMA128_F16, KILN_K_W4A16_WGMMA128_BF16},
-                                               {KILN_K_W4A16_WGMMA256_F16, KILN_K_W4A16_WGMMA256_BF16}};
-  const kiln_kernel_id kernel = kernels[bx == 256][a->x_dtype == KILN_DT_BF16];
-  const unsigned smem = (unsigned)KILN_W4_WG_SMEM_BYTES(bx);
-  return kiln_launch_dependent(ctx, kernel, (unsigned)grid, KILN_W4_WG_THREADS, smem, stream, params, op);
+  return st ? st : wg_launch(ctx, op, &args, a, maps, false, stream);
+}
+
+/* The fused int8 QKV call's projections with n > 0 (q's), as problems of the kernel: a as
+ * kiln_matmul_int4's arguments (x, y, m, n, k and dtypes; no codes), w the int8 weights. */
+static int w8_problems(const kiln_qkv_args *q, kiln_int4_args a[3], const kiln_qkv_proj *w[3]) {
+  int count = 0;
+  for (int i = 0; i < 3; i++) {
+    kiln_qkv_proj_as_int4(q, i, &a[count]);
+    a[count].group = q->k;
+    w[count] = &q->proj[i];
+    if (a[count].n > 0) count++;
+  }
+  return count;
+}
+
+/* As kiln_w4_wgmma_fits for int8 weights: K-contiguous (w_rs 1) with 16-byte aligned columns
+ * (TMA), n % 16 == 0 (the epilogue's whole 16-column stores), x as there, and tiles for most
+ * SMs over the three projections. */
+bool kiln_w8_wgmma_fits(const kiln_context *ctx, const kiln_qkv_args *q) {
+  if (!KILN_W4_WGMMA || ctx->arch != 90) return false;
+  kiln_int4_args a[3];
+  const kiln_qkv_proj *w[3];
+  const int count = w8_problems(q, a, w);
+  if (!count) return false;
+  for (int i = 0; i < count; i++)
+    if (w[i]->w_rs != 1 || w[i]->w_cs % 16 || !aligned16(w[i]->w) || a[i].n % 16) return false;
+  const kiln_matrix x = w4_x(a);
+  if (x.cs != 1 || !kiln_wgmma_operand_ok(&x)) return false;
+  return a->m <= KILN_W4_WG_MAX_M && w4_enough(ctx, w4_tiles(a, count, w4_rows(ctx, a, count)));
+}
+
+kiln_status kiln_w8_wgmma(const kiln_context *ctx, const char *op, const kiln_qkv_args *q, CUstream stream) {
+  kiln_int4_args a[3];
+  const kiln_qkv_proj *w[3];
+  kiln_w4_wgmma_args args = {.count = w8_problems(q, a, w)};
+  /* x, then each weight's [N][K] bytes as the codes map of its problem (kernels/w4_prefill_sm90.cu) */
+  kiln_tensor_map maps[1 + 3 * KILN_W4_WG_PROBLEMS] = {0};
+  kiln_status st = KILN_OK;
+  for (int i = 0; i < args.count && !st; i++) {
+    args.a[i] = a[i];
+    args.group_rows[i] = 1;
+    args.scale[i] = w[i]->scale, args.scale_stride[i] = w[i]->scale_stride;
+    const uint64_t dims[2] = {(uint64_t)a[i].k, (uint64_t)a[i].n}, stride[1] = {(uint64_t)w[i]->w_cs};
+    const uint32_t box[2] = {64, KILN_W4_WG_COLS};
+    st = kiln_tma_map(ctx, op, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w[i]->w, dims, stride, box,
+                      CU_TENSOR_MAP_SWIZZLE_64B, &maps[1 + 3 * i]);
+  }
+  return st ? st : wg_launch(ctx, op, &args, a, maps, true, stream);
 }
 
 kiln_status kiln_w8_dequantize_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_proj *p, int32_t k,
