@@ -2,7 +2,10 @@
  * w4_prefill_sm90.cu — kiln_matmul_int4's PREFILL on Hopper (sm_90a) in one kernel: each stage
  * of the 4-bit weight is dequantized into registers as the A operand of warpgroup MMAs, instead
  * of the whole weight being written out as a 16-bit copy for kiln_matmul (kernels/w4_dequant.cu,
- * which stays for every case this kernel does not take).
+ * which stays for every case this kernel does not take). A launch takes up to three problems
+ * sharing x (a fused QKV call's projections, their tiles one after another), and the W8 variant
+ * takes int8 weights (kiln_qkv_project_int8's PREFILL; stage_frags_w8, the scales applied to the
+ * fp32 sums in the epilogue) in place of kernels/w8_dequant.cu's copy.
  *
  * Why: at M = 1024 x 4096 x 4096 the copy costs a 40 MB pass (~10 µs) before a ~55 µs GEMM, and
  * the GEMM then reads 32 MB of f16 weight where 8 MB of codes would do (PREFILL measured
