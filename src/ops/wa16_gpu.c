@@ -294,6 +294,14 @@ static kiln_matrix w4_x(const kiln_int4_args *a) {
                        .cols = a->k, .bs = 0, .rs = a->x_rs, .cs = a->x_cs};
 }
 
+/* What every launch of the kernel needs of x and the problem sizes: x row-major with 16-byte rows
+ * for TMA, and tiles for most SMs (below) */
+static bool wg_takes(const kiln_context *ctx, const kiln_int4_args *a, int count) {
+  const kiln_matrix x = w4_x(a);
+  return x.cs == 1 && kiln_wgmma_operand_ok(&x) && a->m <= KILN_W4_WG_MAX_M &&
+         w4_enough(ctx, w4_tiles(a, count, w4_rows(ctx, a, count)));
+}
+
 /* Where the fused kernel runs. TMA needs 16-byte row strides (codes n·4, scales n·2 and zeros n
  * bytes: n % 16 == 0) and 16-byte aligned buffers, x row-major with 16-byte rows; act-order would
  * need a gather of x. And where it is the faster PREFILL (H200, docs/performance.md, "PREFILL in
@@ -307,12 +315,9 @@ bool kiln_w4_wgmma_fits(const kiln_context *ctx, const kiln_int4_args *a, int co
   /* the cheap tests first: every int4 call asks, DECODE's too */
   if (!KILN_W4_WGMMA || ctx->arch != 90 || count < 1 || count > KILN_W4_WG_PROBLEMS) return false;
   for (int i = 0; i < count; i++)
-    if (a[i].perm || a[i].n % 16) return false;
-  const kiln_matrix x = w4_x(a);
-  if (x.cs != 1 || !kiln_wgmma_operand_ok(&x)) return false;
-  for (int i = 0; i < count; i++)
-    if (!aligned16(a[i].codes) || !aligned16(a[i].scales) || !aligned16(a[i].zeros)) return false;
-  return a->m <= KILN_W4_WG_MAX_M && w4_enough(ctx, w4_tiles(a, count, w4_rows(ctx, a, count)));
+    if (a[i].perm || a[i].n % 16 || !aligned16(a[i].codes) || !aligned16(a[i].scales) || !aligned16(a[i].zeros))
+      return false;
+  return wg_takes(ctx, a, count);
 }
 
 /* One projection's codes, scales and zeros maps (kernels/w4_prefill_sm90.cu, WeightMaps) */
@@ -378,8 +383,8 @@ static int w8_problems(const kiln_qkv_args *q, kiln_int4_args a[3], const kiln_q
 }
 
 /* As kiln_w4_wgmma_fits for int8 weights: K-contiguous (w_rs 1) with 16-byte aligned columns
- * (TMA), n % 16 == 0 (the epilogue's whole 16-column stores), x as there, and tiles for most
- * SMs over the three projections. */
+ * that do not overlap (TMA), n % 16 == 0 (the epilogue's whole 16-column stores), x as there, and
+ * tiles for most SMs over the three projections. */
 bool kiln_w8_wgmma_fits(const kiln_context *ctx, const kiln_qkv_args *q) {
   if (!KILN_W4_WGMMA || ctx->arch != 90) return false;
   kiln_int4_args a[3];
@@ -387,10 +392,8 @@ bool kiln_w8_wgmma_fits(const kiln_context *ctx, const kiln_qkv_args *q) {
   const int count = w8_problems(q, a, w);
   if (!count) return false;
   for (int i = 0; i < count; i++)
-    if (w[i]->w_rs != 1 || w[i]->w_cs % 16 || !aligned16(w[i]->w) || a[i].n % 16) return false;
-  const kiln_matrix x = w4_x(a);
-  if (x.cs != 1 || !kiln_wgmma_operand_ok(&x)) return false;
-  return a->m <= KILN_W4_WG_MAX_M && w4_enough(ctx, w4_tiles(a, count, w4_rows(ctx, a, count)));
+    if (w[i]->w_rs != 1 || w[i]->w_cs < a[i].k || w[i]->w_cs % 16 || !aligned16(w[i]->w) || a[i].n % 16) return false;
+  return wg_takes(ctx, a, count);
 }
 
 kiln_status kiln_w8_wgmma(const kiln_context *ctx, const char *op, const kiln_qkv_args *q, CUstream stream) {
