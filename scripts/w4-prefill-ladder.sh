@@ -53,8 +53,11 @@ timeout 40 "$1/tools/kiln-bench" int4 --shape 4096x12288 --m 1024 >/dev/null 2>&
 bench() { for b in "$@"; do timeout 60 "$b/tools/kiln-bench" $ARGS >>"$OUT/w4p-$(basename "$b").txt" 2>&1; done; }
 for m in 128 256 512 1024 4096; do ARGS="int4 --shape 4096x12288 --m $m" bench "$@"; done
 for m in 256 1024; do ARGS="int4 --shape 4096x4096 --m $m" bench "$@"; done
-ARGS="qkv --only int4 --m 512" bench "$@"
+for m in 512 2048; do
+  ARGS="qkv --only int4 --m $m" bench "$@"
+  ARGS="qkv --only int8 --m $m" bench "$@" # the same kernel with int8 weights since e080ee1
+done
 for b in "$@"; do
   echo "== $(basename "$b")"
-  grep -hE "^(qkv|matmul_int4)" "$OUT/w4p-$(basename "$b").txt" | grep -v "vs 3"
+  grep -hE "^(qkv_int[48]|matmul_int4)" "$OUT/w4p-$(basename "$b").txt" | grep -v "vs 3"
 done
