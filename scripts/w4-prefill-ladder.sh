@@ -43,6 +43,10 @@ if [ "${1:-}" = build ]; then
   # into wgmma's register A operand, two fragment buffers; p14-s5: main with 5 stages
   ladder_step w4p p13 "" 70e462d
   ladder_step w4p p14-s5 "KILN_W4_WG_STAGES=5" .
+  # p15 (built, not yet measured): a stage's shared-memory reads issued one stage ahead, under
+  # the wgmmas of the stage before (Nsight Compute of p14, 2026-12-04: 20 % of consumer samples
+  # short-scoreboard waits, PRMT the instruction most often waiting: the first use of each LDS)
+  ladder_step w4p p15 "" 23fa65b scripts/rungs/w4-prefill-p15-prefetch.patch
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
