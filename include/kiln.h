@@ -431,7 +431,7 @@ KILN_API kiln_status kiln_matmul_int4_workspace_size(kiln_context *ctx, const DL
  * weights, so its bits differ from DECODE's in the last places (both within SPEC §5). On sm_90,
  * where it is the faster PREFILL (N % 16 == 0, 16-byte aligned buffers and x rows, no
  * act-order, M and N large enough to give most SMs a tile), one kernel dequantizes the same rounded
- * weights stage by stage in shared memory instead and the workspace is left untouched (it is
+ * weights stage by stage into registers instead and the workspace is left untouched (it is
  * still required for an explicit PREFILL). AUTO picks PREFILL for M >= 128 when the workspace
  * suffices or, without one, when the one-kernel PREFILL takes the call. */
 KILN_API kiln_status kiln_matmul_int4(kiln_context *ctx, const DLTensor *x, const kiln_qweight *w, const DLTensor *y,
