@@ -428,6 +428,18 @@ static void qkv_check(qkvfix *f, int i, const tmat *y, int prefill, const char *
   if (!ok) fail_msg("%s failed (above)", what);
 }
 
+/* All three outputs of a PREFILL call, downloaded and checked against the weights rounded to x's
+ * dtype; label leads each message, then M, the projection, N and G. */
+static void qkv_check_prefill(qkvfix *f, const char *label) {
+  for (int i = 0; i < 3; i++) {
+    char what[160];
+    snprintf(what, sizeof what, "%s M%" PRId64 " projection %d (N %" PRId64 ", G %" PRId64 ")", label, f->M, i,
+             f->N[i], f->G[i]);
+    gmat_down(&f->gy[i], &f->y[i]);
+    qkv_check(f, i, &f->y[i], 1, what);
+  }
+}
+
 static void qkv_call(qkvfix *f, const kiln_qkv_opts *opts) {
   assert_kiln_ok(kiln_qkv_project_int4(g_ctx, &f->gx.t, &f->gw[0].q, &f->gw[1].q, &f->gw[2].q, &f->gy[0].t,
                                        &f->gy[1].t, &f->gy[2].t, opts, g_stream));
@@ -496,13 +508,9 @@ static void qkv_prefill(void **state) {
       opts.algo = mi ? KILN_QKV_AUTO : KILN_QKV_PREFILL;
       opts.workspace = ws->dl_tensor.data, opts.workspace_bytes = bytes;
       qkv_call(&f, &opts);
-      for (int i = 0; i < 3; i++) {
-        char what[120];
-        snprintf(what, sizeof what, "qkv PREFILL M%" PRId64 " %s projection %d (N %" PRId64 ", G %" PRId64 ")", f.M,
-                 dt_name(xd), i, f.N[i], f.G[i]);
-        gmat_down(&f.gy[i], &f.y[i]);
-        qkv_check(&f, i, &f.y[i], 1, what);
-      }
+      char label[40];
+      snprintf(label, sizeof label, "qkv PREFILL %s", dt_name(xd));
+      qkv_check_prefill(&f, label);
       kiln_tensor_free(ws);
       qkv_free(&f);
     }
@@ -774,7 +782,7 @@ static void prefill(void **state) {
  * 16-byte aligned, no act-order and tiles for 70 % of the SMs (wa16_gpu.c): every case
  * here has 95-100 tiles of 128 columns on the H200's 132 SMs (elsewhere these run the
  * dequantized copy and kiln_matmul, and pass as well). Both tile heights (128 rows of x; 256 once
- * the tiles fill half the SMs), every group size (G = 32 with 1, 3 and 10 groups, so a stage's
+ * those tiles fill 70 % of the SMs), every group size (G = 32 with 1, 3 and 10 groups, so a stage's
  * second group row is absent, past K, or present; G = K = 200, a K that ends inside a stage),
  * ragged column and row tiles, both activation dtypes, every output dtype, column-major y,
  * padded x, y with 16-byte rows (the epilogue through shared memory) or not, explicit and AUTO
@@ -815,25 +823,13 @@ static void prefill_fused(void **state) {
   opts.algo = KILN_QKV_PREFILL;
   opts.workspace = ws->dl_tensor.data, opts.workspace_bytes = bytes;
   qkv_call(&f, &opts);
-  for (int i = 0; i < 3; i++) {
-    char what[120];
-    snprintf(what, sizeof what, "qkv PREFILL (one kernel) M128 projection %d (N %" PRId64 ", G %" PRId64 ")", i,
-             f.N[i], f.G[i]);
-    gmat_down(&f.gy[i], &f.y[i]);
-    qkv_check(&f, i, &f.y[i], 1, what);
-  }
+  qkv_check_prefill(&f, "qkv PREFILL (one kernel)");
   kiln_tensor_free(ws);
   qkv_free(&f);
   /* AUTO without a workspace from M = 256: the same path */
   qkv_setup_shape(&f, 256, 64, N, G, false, TEST_BF16, TEST_F32);
   qkv_call(&f, NULL);
-  for (int i = 0; i < 3; i++) {
-    char what[120];
-    snprintf(what, sizeof what, "qkv AUTO without workspace (one kernel) M256 projection %d (N %" PRId64 ")", i,
-             f.N[i]);
-    gmat_down(&f.gy[i], &f.y[i]);
-    qkv_check(&f, i, &f.y[i], 1, what);
-  }
+  qkv_check_prefill(&f, "qkv AUTO without workspace (one kernel)");
   qkv_free(&f);
   /* GQA widths: the 1024-wide K and V projections have too few tiles alone, all three together
    * enough (one launch), each with its own group size (two scale rows a stage at G = 32, one
@@ -844,13 +840,7 @@ static void prefill_fused(void **state) {
   for (int c = 0; c < 2; c++) {
     qkv_setup_shape(&f, c ? 256 : 500, 256, Ng[c], Gg, false, xdt[c], ydt[c]);
     qkv_call(&f, NULL);
-    for (int i = 0; i < 3; i++) {
-      char what[120];
-      snprintf(what, sizeof what, "qkv AUTO without workspace (one launch) M%" PRId64 " GQA projection %d (N %" PRId64
-               ", G %" PRId64 ")", f.M, i, f.N[i], f.G[i]);
-      gmat_down(&f.gy[i], &f.y[i]);
-      qkv_check(&f, i, &f.y[i], 1, what);
-    }
+    qkv_check_prefill(&f, "qkv AUTO without workspace (one launch, GQA)");
     qkv_free(&f);
   }
 }
