@@ -239,7 +239,7 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
 
   /* Both roles walk the block's stages g = 0, 1, .. (tile after tile, k slice after k slice):
    * slot g % STAGES, phase (g / STAGES) & 1. */
-  if (wg == 0) { /* producer: one thread, four copies a stage */
+  if (wg == 0) { /* producer: one thread, two (int8) or four (int4) copies a stage */
     sm90::producer_registers();
     if (t == 0) {
       sm90::tma_prefetch(&maps.x);
