@@ -65,14 +65,18 @@ struct Maps {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr int BW = KILN_W4_WG_COLS, BK = 64, GROUP_M = 8;
 
+/* Problem i's tiles (every problem shares x, so its rows are a[0]'s): the host's w4_tiles */
+template <int BX>
+KILN_DEVICE int problem_tiles(const kiln_w4_wgmma_args &p, int i) {
+  return (p.a[0].m + BX - 1) / BX * ((p.a[i].n + BW - 1) / BW);
+}
+
 /* Item `item` of the block's walk as problem pi's tile (tm, tn): the problems' tiles one after
  * another, each in gemm's L2-friendly order. */
 template <int BX>
 KILN_DEVICE void locate(const kiln_w4_wgmma_args &p, int item, int &pi, int &tm, int &tn) {
-  const int row_tiles = (p.a[0].m + BX - 1) / BX;
   pi = 0;
-  for (int n; pi + 1 < p.count && item >= (n = row_tiles * ((p.a[pi].n + BW - 1) / BW));)
-    item -= n, pi++;
+  for (int n; pi + 1 < p.count && item >= (n = problem_tiles<BX>(p, pi));) item -= n, pi++;
   tile_coords(p.a[pi].m, p.a[pi].n, GROUP_M, item, BX, BW, tm, tn);
 }
 
@@ -226,7 +230,7 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
   /* every problem shares x: m, k and x from a[0] */
   const int nk = (p.a[0].k + BK - 1) / BK;
   int items = 0;
-  for (int i = 0; i < p.count; i++) items += (p.a[i].m + BX - 1) / BX * ((p.a[i].n + BW - 1) / BW);
+  for (int i = 0; i < p.count; i++) items += problem_tiles<BX>(p, i);
 
   /* a programmatic dependent, as the GEMMs (wgmma.c): nothing touches global memory before
    * pdl_wait */
@@ -244,8 +248,9 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
     if (t == 0) {
       sm90::tma_prefetch(&maps.x);
       for (int i = 0; i < p.count; i++) {
-        sm90::tma_prefetch(&maps.w[i].codes), sm90::tma_prefetch(&maps.w[i].scales);
-        sm90::tma_prefetch(&maps.w[i].zeros);
+        sm90::tma_prefetch(&maps.w[i].codes);
+        if constexpr (!W8) /* W8's scales and zeros maps are zero-filled and unused */
+          sm90::tma_prefetch(&maps.w[i].scales), sm90::tma_prefetch(&maps.w[i].zeros);
       }
       int g = 0;
       for (int item = blockIdx.x; item < items; item += gridDim.x) {
