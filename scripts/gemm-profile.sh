@@ -1,0 +1,34 @@
+#!/bin/bash
+# Nsight Compute: where kiln's sm_90a tensor-core mainloops stand against cuBLAS's in the same
+# benchmark: the WGMMA GEMM (kernels/gemm_sm90.cuh) at 4096³ f16 -> f32 and the one-kernel int4
+# PREFILL (kernels/w4_prefill_sm90.cu) on the fused QKV at K 4096, 4096 + 1024 + 1024, M 2048,
+# each beside the cuBLAS kernel of its benchmark. Besides the usual sections it reads shared
+# memory's bank utilisation (reads, and writes: TMA's fills) and L2's, to test whether the
+# shared-memory bandwidth bounds the 128 x 256 tile (wgmma's smem operands plus TMA's writes).
+# Run on the GPU from the repository root:
+#   scripts/gemm-profile.sh BUILD [NAME...]   (NAMEs: gemm cublas qkv4 cublas-qkv; none: all)
+# Logs go to $OUT (default gemm-profile): ncu-NAME.txt (every section's details). Clocks are left
+# alone (--clock-control none), so figures compare within one run, not across calls.
+set -u
+B=${1:-build}
+shift $(($# > 0 ? 1 : 0))
+WANT="$*"
+OUT=${OUT:-gemm-profile}
+mkdir -p "$OUT"
+S="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section WarpStateStats"
+M="l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed,lts__t_sectors.avg.pct_of_peak_sustained_elapsed,sm__cycles_elapsed.avg.per_second"
+prof() { # name, kernel regex, launches to skip, command...
+  local name=$1 k=$2 s=$3
+  shift 3
+  case " ${WANT:-$name} " in *" $name "*) ;; *) return 0 ;; esac
+  timeout 150 ncu --clock-control none -k "regex:$k" -s "$s" -c 1 $S --metrics "$M" -o "$OUT/ncu-$name" -f "$@" \
+    >"$OUT/ncu-$name.log" 2>&1
+  echo "ncu $name: exit $?"
+  ncu -i "$OUT/ncu-$name.ncu-rep" --page details >"$OUT/ncu-$name.txt" 2>&1
+  grep -E "^  [a-zA-Z]|Duration|Throughput|Busy|Issued Ipc|bank_|lts__t_sectors|per_second" "$OUT/ncu-$name.txt" | head -40
+}
+unset LD_LIBRARY_PATH # the build's tools load their own libkiln.so
+prof gemm kiln_gemm_wgmma256 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo wgmma --reps 3
+prof cublas "nvjet|xmma|cutlass" 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo wgmma --reps 3
+prof qkv4 w4a16_wgmma 2 "$B/tools/kiln-bench" qkv --only int4 --m 2048 --reps 3
+prof cublas-qkv "nvjet|xmma|cutlass" 2 "$B/tools/kiln-bench" qkv --only int4 --m 2048 --reps 3
