@@ -43,10 +43,16 @@ if [ "${1:-}" = build ]; then
   # into wgmma's register A operand, two fragment buffers; p14-s5: main with 5 stages
   ladder_step w4p p13 "" 70e462d
   ladder_step w4p p14-s5 "KILN_W4_WG_STAGES=5" .
-  # p15 (built, not yet measured): a stage's shared-memory reads issued one stage ahead, under
-  # the wgmmas of the stage before (Nsight Compute of p14, 2026-12-04: 20 % of consumer samples
-  # short-scoreboard waits, PRMT the instruction most often waiting: the first use of each LDS)
+  # p15: a stage's shared-memory reads issued one stage ahead, under the wgmmas of the stage
+  # before (Nsight Compute of p14, 2026-12-04: 20 % of consumer samples short-scoreboard waits,
+  # PRMT the instruction most often waiting: the first use of each LDS). Measured the same day:
+  # even at M >= 2048, 3-13 % slower below; not taken.
   ladder_step w4p p15 "" 23fa65b scripts/rungs/w4-prefill-p15-prefetch.patch
+  # f128 / f256: the rows of x per tile forced (main: 256 where those tiles reach 70 % of the
+  # SMs, else 128), to check the rule against a wave count. Measured 2026-12-04: 128-row tiles
+  # cost 1.25-1.4x per FLOP at M >= 1024; the rule picks the faster size; kept.
+  ladder_step w4p f128 "KILN_W4_WG_BX=128" c1a47e5
+  ladder_step w4p f256 "KILN_W4_WG_BX=256" c1a47e5
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
