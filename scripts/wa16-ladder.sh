@@ -26,7 +26,7 @@
 #   producer first prefetches its first one or two rings of weight stages into L2 (coherent, so
 #   safe before griddepcontrol.wait); measured slower (performance.md, "Rung l2-ahead").
 #   w8-bf16-magic (scripts/rungs/wa16-w8-bf16-magic.patch): bf16 int8 weight pairs in 4
-#   instructions instead of 5; built, not yet measured.
+#   instructions instead of 5; measured 3-8 % slower (performance.md, "Rung w8-bf16-magic").
 set -u
 if [ "${1:-}" = build ]; then
   shift
@@ -59,11 +59,11 @@ if [ "${1:-}" = build ]; then
   ladder_step wa16 w8-n16-two "KILN_WA8_TMA_N16=2" .
   ladder_step wa16 w8-m8only "KILN_WA16_TMA_M16=0" .
   ladder_step wa16 probe "KILN_WA16_TMA_PROBE=1" .
-  # next rung (built, not yet measured): the block's first 1 or 2 rings of weight stages
-  # prefetched into L2 before griddepcontrol.wait, while the previous kernel ends
+  # l2-ahead: the block's first 1 or 2 rings of weight stages prefetched into L2 before
+  # griddepcontrol.wait, while the previous kernel ends (measured slower; not taken)
   for n in 1 2; do ladder_step wa16 l2-ahead$n "KILN_WA16_TMA_L2_AHEAD=$n" 5ce1882 scripts/rungs/wa16-l2-ahead.patch; done
-  # next rung (built, not yet measured): bf16 int8 pairs as (128 + low 7 bits) + (-256 or -128)
-  # in one bf16 add, 4 instructions a pair instead of 5 (both W8A16 kernels, W8C)
+  # w8-bf16-magic: bf16 int8 pairs as (128 + low 7 bits) + (-256 or -128) in one bf16 add,
+  # 4 instructions a pair instead of 5 (both W8A16 kernels, W8C; measured slower; not taken)
   ladder_step wa16 w8-bf16-magic "" 14990eb scripts/rungs/wa16-w8-bf16-magic.patch
   exit 0
 fi
