@@ -231,6 +231,12 @@ struct WgmmaS8 {
   }
 };
 
+/* Tuning probe (KILN_TUNE_DEFS): 1 skips the epilogue's stores (results are garbage), so that a
+ * run times the mainloop alone: the most an epilogue overlapped with the next tile could gain. */
+#ifndef KILN_GEMM_STORE_PROBE
+#define KILN_GEMM_STORE_PROBE 0
+#endif
+
 template <class T, bool A_K, bool B_K, int BN, int CLUSTER>
 __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMap *map_a, const CUtensorMap *map_b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -334,7 +340,8 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
       wgmma_wait<0>();
       if (nk > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
       void *C = (char *)p.c + b * p.c_bs * (p.c_dtype == KILN_DT_F32 ? 4 : 2);
-      T::template store<BN>(d, p, C, tm * BM + 64 * cw + 16 * warp, tn * BN, lane);
+      if (!KILN_GEMM_STORE_PROBE || p.m < 0) /* the probe keeps the code but never runs it */
+        T::template store<BN>(d, p, C, tm * BM + 64 * cw + 16 * warp, tn * BN, lane);
     }
   }
   if (CLUSTER > 1) cluster_sync(); /* stay resident while the peer may still multicast or arrive here */

@@ -62,6 +62,12 @@ struct Maps {
 };
 
 
+/* Tuning probe (KILN_TUNE_DEFS): 1 skips the epilogue's stores (results are garbage), so that a
+ * run times the mainloop alone: the most an epilogue overlapped with the next tile could gain. */
+#ifndef KILN_W4_WG_STORE_PROBE
+#define KILN_W4_WG_STORE_PROBE 0
+#endif
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr int BW = KILN_W4_WG_COLS, BK = 64, GROUP_M = 8;
 
@@ -342,7 +348,8 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
 #pragma unroll
       for (int j = 0; j < BX / 8; j++) d[4 * j] *= s0, d[4 * j + 1] *= s0, d[4 * j + 2] *= s1, d[4 * j + 3] *= s1;
     }
-    if (a.y_dtype != KILN_DT_F32 && a.y_cs == 1 && a.y_rs % 8 == 0 && (uintptr_t)a.y % 16 == 0) {
+    if (KILN_W4_WG_STORE_PROBE && a.m >= 0) { /* the probe: no stores (results are garbage) */
+    } else if (a.y_dtype != KILN_DT_F32 && a.y_cs == 1 && a.y_rs % 8 == 0 && (uintptr_t)a.y % 16 == 0) {
       char *y = n0 < a.n ? (char *)a.y + ((int64_t)tm * BX * a.y_rs + n0) * 2 : nullptr;
       if (a.y_dtype == KILN_DT_BF16)
         store_yt_rows<true, BX>(d, epi, y, a.y_rs, a.m - tm * BX, lane);

@@ -41,3 +41,8 @@ build w2-wgmma-pairs "KILN_WGMMA_PAIRS=1"
 ladder_step gemm w3-g4 "KILN_GEMM_GROUP_M=4"
 ladder_step gemm w3-g16 "KILN_GEMM_GROUP_M=16"
 ladder_step gemm w3-g32 "KILN_GEMM_GROUP_M=32"
+# store-probe: the WGMMA GEMMs and the int4 PREFILL without their epilogue's stores (results are
+# garbage): what an epilogue overlapped with the next tile could gain at most. Measured
+# 2026-12-04: 6-15 % of the f16 GEMM with f32 C, 18-24 % of the int8 GEMM, 1-13 % of the int4
+# PREFILL (docs/performance.md, "Rung store-probe").
+ladder_step gemm store-probe "KILN_GEMM_STORE_PROBE=1;KILN_W4_WG_STORE_PROBE=1"
