@@ -53,6 +53,12 @@ if [ "${1:-}" = build ]; then
   # cost 1.25-1.4x per FLOP at M >= 1024; the rule picks the faster size; kept.
   ladder_step w4p f128 "KILN_W4_WG_BX=128" c1a47e5
   ladder_step w4p f256 "KILN_W4_WG_BX=256" c1a47e5
+  # p16: y's pieces leave by TMA stores (32-byte swizzled boxes of 32 rows x 16 columns, two
+  # 1 KB halves a warp) that drain while the warp goes on, in place of rung p10's LDS + STG
+  # (rung store-probe bounded the epilogue at 1-13 % of the kernel). Measured once 2026-12-04,
+  # inside that call's +-10 % noise; its tests but prefill_fused (cut by the call's time) passed.
+  # A full build for its tests: cmake -S /tmp/kiln-w4p-p16 -B build-ladder/full-p16 ...
+  ladder_step w4p p16 "" e4a6247 scripts/rungs/w4-prefill-p16-tma-store.patch
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
