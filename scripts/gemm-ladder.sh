@@ -47,10 +47,11 @@ ladder_step gemm w3-g32 "KILN_GEMM_GROUP_M=32"
 # PREFILL (docs/performance.md, "Rung store-probe").
 ladder_step gemm store-probe "KILN_GEMM_STORE_PROBE=1;KILN_W4_WG_STORE_PROBE=1"
 # e1 (scripts/rungs/gemm-e1-tma-store.patch on 4e5771a; built, host tests pass, not yet run on a
-# GPU): the f16/bf16 WGMMA GEMM's C through shared memory and TMA stores that drain under the next
-# tile (beta = 0, 16-byte aligned rows); e1-off: the same code with KILN_GEMM_TMA_STORE=0 (direct
-# stores), to compare within one patch. Predicted: up to the probe's 6-15 % with f32 C.
-# Its tests: a full build of /tmp/kiln-gemm-e1, then test_gpu_matmul (and the int4 PREFILL's
-# copy path in test_gpu_int4) and compute-sanitizer memcheck / racecheck / synccheck of them.
+# GPU): the WGMMA GEMMs' C (f16/bf16 with beta = 0, and int8) through shared memory and TMA
+# stores that drain under the next tile (16-byte aligned rows); e1-off: the same code with
+# KILN_GEMM_TMA_STORE=0 (direct stores), to compare within one patch. Predicted: up to the probe's
+# 6-15 % (f32 C) and 18-24 % (int8). Its tests: a full build of /tmp/kiln-gemm-e1, then
+# test_gpu_matmul, test_gpu_int8 (and the int4 PREFILL's copy path in test_gpu_int4) and
+# compute-sanitizer memcheck / racecheck / synccheck of them.
 ladder_step gemm e1 "" 4e5771a scripts/rungs/gemm-e1-tma-store.patch
 ladder_step gemm e1-off "KILN_GEMM_TMA_STORE=0" 4e5771a scripts/rungs/gemm-e1-tma-store.patch
