@@ -8,27 +8,18 @@
 #                                             pick profiles, none: all)
 # Logs go to $OUT (ncu-*.txt). Clocks are left alone (--clock-control none).
 set -u
-B=${1:-build}
-shift $(($# > 0 ? 1 : 0))
-WANT="$*"
-OUT=${OUT:-attn-profile}
-mkdir -p "$OUT"
-S="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis"
-prof() { # name, kernel regex, skip, count, command...
-  local name=$1 k=$2 s=$3 c=$4
-  shift 4
-  case " ${WANT:-$name} " in *" $name "*) ;; *) return 0 ;; esac
-  timeout 180 ncu --clock-control none -k "regex:$k" -s "$s" -c "$c" $S "$@" >"$OUT/ncu-$name.txt" 2>&1
-  echo "ncu $name: exit $?"
-  grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Issued Ipc|Warp Cycles Per Issued|No Eligible" "$OUT/ncu-$name.txt" | head -40
-}
+. "$(dirname "$0")/ncu-lib.sh"
+ncu_args attn-profile "$@"
+NCU_SECTIONS="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats --section ComputeWorkloadAnalysis"
+NCU_GREP="^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Issued Ipc|Warp Cycles Per Issued|No Eligible"
+NCU_TIMEOUT=180
 export LD_LIBRARY_PATH=$B
-prof short128 attn_fwd_short_f16_d64 3 1 "$B/tools/kiln-bench" attention --seq 128 --dtype f16 --causal 0 --algo smem
+ncu_prof short128 attn_fwd_short_f16_d64 3 1 "$B/tools/kiln-bench" attention --seq 128 --dtype f16 --causal 0 --algo smem
 for c in 0 1; do
-  prof fwd2048c$c attn_fwd_wgmma_f16_d64 3 1 "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal $c \
+  ncu_prof fwd2048c$c attn_fwd_wgmma_f16_d64 3 1 "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal $c \
     --head-dim 64 --algo wgmma --tile-m 128
 done
-prof bwd2048c "attn_bwd_(dkdv_wgmma_f16_d64|dq_wgmma_f16_d64|delta)" 3 3 \
+ncu_prof bwd2048c "attn_bwd_(dkdv_wgmma_f16_d64|dq_wgmma_f16_d64|delta)" 3 3 \
   "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal 1 --algo wgmma
 cat >"$OUT/sdpa.py" <<'PY'
 import sys, torch
@@ -42,5 +33,5 @@ with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         o.backward(torch.randn_like(o))
 torch.cuda.synchronize()
 PY
-prof sdpa128 "flash_fwd" 2 1 python3 "$OUT/sdpa.py" 128 32 128 64 0
-prof sdpa2048c "flash_bwd" 3 3 python3 "$OUT/sdpa.py" 8 32 2048 64 1
+ncu_prof sdpa128 "flash_fwd" 2 1 python3 "$OUT/sdpa.py" 128 32 128 64 0
+ncu_prof sdpa2048c "flash_bwd" 3 3 python3 "$OUT/sdpa.py" 8 32 2048 64 1

@@ -10,25 +10,14 @@
 # Logs go to $OUT (default gemm-profile): ncu-NAME.txt (every section's details). Clocks are left
 # alone (--clock-control none), so figures compare within one run, not across calls.
 set -u
-B=${1:-build}
-shift $(($# > 0 ? 1 : 0))
-WANT="$*"
-OUT=${OUT:-gemm-profile}
-mkdir -p "$OUT"
-S="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section WarpStateStats"
-M="l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed,lts__t_sectors.avg.pct_of_peak_sustained_elapsed,sm__cycles_elapsed.avg.per_second"
-prof() { # name, kernel regex, launches to skip, command...
-  local name=$1 k=$2 s=$3
-  shift 3
-  case " ${WANT:-$name} " in *" $name "*) ;; *) return 0 ;; esac
-  timeout 150 ncu --clock-control none -k "regex:$k" -s "$s" -c 1 $S --metrics "$M" -o "$OUT/ncu-$name" -f "$@" \
-    >"$OUT/ncu-$name.log" 2>&1
-  echo "ncu $name: exit $?"
-  ncu -i "$OUT/ncu-$name.ncu-rep" --page details >"$OUT/ncu-$name.txt" 2>&1
-  grep -E "^  [a-zA-Z]|Duration|Throughput|Busy|Issued Ipc|bank_|lts__t_sectors|per_second" "$OUT/ncu-$name.txt" | head -40
-}
+. "$(dirname "$0")/ncu-lib.sh"
+ncu_args gemm-profile "$@"
+NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section WarpStateStats"
+NCU_METRICS="l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed,lts__t_sectors.avg.pct_of_peak_sustained_elapsed,sm__cycles_elapsed.avg.per_second"
+NCU_GREP="^  [a-zA-Z]|Duration|Throughput|Busy|Issued Ipc|bank_|lts__t_sectors|per_second"
+NCU_TIMEOUT=150
 unset LD_LIBRARY_PATH # the build's tools load their own libkiln.so
-prof gemm kiln_gemm_wgmma256 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo wgmma --reps 3
-prof cublas "nvjet|xmma|cutlass" 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo wgmma --reps 3
-prof qkv4 w4a16_wgmma 2 "$B/tools/kiln-bench" qkv --only int4 --m 2048 --reps 3
-prof cublas-qkv "nvjet|xmma|cutlass" 2 "$B/tools/kiln-bench" qkv --only int4 --m 2048 --reps 3
+ncu_prof gemm kiln_gemm_wgmma256 2 1 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo wgmma --reps 3
+ncu_prof cublas "nvjet|xmma|cutlass" 2 1 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo wgmma --reps 3
+ncu_prof qkv4 w4a16_wgmma 2 1 "$B/tools/kiln-bench" qkv --only int4 --m 2048 --reps 3
+ncu_prof cublas-qkv "nvjet|xmma|cutlass" 2 1 "$B/tools/kiln-bench" qkv --only int4 --m 2048 --reps 3
