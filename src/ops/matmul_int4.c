@@ -174,9 +174,9 @@ size_t kiln_int4_prefill_bytes(const kiln_qweight *const *w, int nw) {
 
 kiln_status kiln_w16_prefill_plan(const kiln_context *ctx, const char *op, const char *prefix, const char *size_fn,
                                   int64_t from_m, size_t need, bool largest, bool no_ws, int *algo, void *ws,
-                                  size_t ws_bytes,
-                                  const kiln_matrix *X, const kiln_matrix *Y, const char *const *ynames, int ny,
-                                  const kiln_qweight *const *w, const char *const *wnames, int nw) {
+                                  size_t ws_bytes, const kiln_matrix *X, const kiln_matrix *Y,
+                                  const char *const *ynames, int ny, const kiln_qweight *const *w,
+                                  const char *const *wnames, int nw) {
   const bool have = ws && ws_bytes >= need;
   if (*algo == KILN_INT4_PREFILL && !have)
     return kiln_fail(KILN_ERROR_WORKSPACE,

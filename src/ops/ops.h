@@ -153,9 +153,9 @@ kiln_status kiln_qkv_int8_gpu(const kiln_context *ctx, const char *op, const kil
 size_t kiln_int4_prefill_bytes(const kiln_qweight *const *w, int nw);
 kiln_status kiln_w16_prefill_plan(const kiln_context *ctx, const char *op, const char *prefix, const char *size_fn,
                                   int64_t from_m, size_t need, bool largest, bool no_ws, int *algo, void *ws,
-                                  size_t ws_bytes,
-                                  const kiln_matrix *X, const kiln_matrix *Y, const char *const *ynames, int ny,
-                                  const kiln_qweight *const *w, const char *const *wnames, int nw);
+                                  size_t ws_bytes, const kiln_matrix *X, const kiln_matrix *Y,
+                                  const char *const *ynames, int ny, const kiln_qweight *const *w,
+                                  const char *const *wnames, int nw);
 kiln_status kiln_int4_prefill_gpu(const kiln_context *ctx, const char *op, const DLTensor *x, const kiln_int4_args *a,
                                   const DLTensor *y, void *ws, bool fused, CUstream stream);
 kiln_status kiln_qkv_int4_gpu(const kiln_context *ctx, const char *op, const kiln_qkv_args *args, CUstream stream);

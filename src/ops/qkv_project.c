@@ -232,8 +232,7 @@ static kiln_status plan(const kiln_context *ctx, const char *op, const char *siz
    * PREFILL 82.3 µs at M = 128, PREFILL 88.2 against 147.6 at M = 256: the same threshold, also
    * without a workspace where int4's one-kernel path takes all three (no_ws). */
   kiln_status st = kiln_w16_prefill_plan(ctx, op, "KILN_QKV", size_fn, 256, need, !*merged, no_ws, algo, ws, ws_bytes,
-                                         X, Y,
-                                         OUT, 3, w4, WNAME, w4 ? 3 : 0);
+                                         X, Y, OUT, 3, w4, WNAME, w4 ? 3 : 0);
   if (st || !W8 || *algo != KILN_QKV_PREFILL) return st;
   for (int i = 0; i < 3 && !st; i++)
     if (!(st = kiln_check_disjoint(op, "opts->workspace", ws, (int64_t)need, WNAME[i], W8[i].data, W8[i].span_bytes)))
@@ -436,7 +435,8 @@ kiln_status kiln_qkv_project_int4(kiln_context *ctx, const DLTensor *x, const ki
   kiln_int4_args a[3];
   const int fused = w4_fused(ctx, &args, a);
   bool merged;
-  if ((st = plan(ctx, op, "kiln_qkv_project_int4_workspace_size", fused > 0, &algo, &merged, opts, &X, Y, w, NULL, NULL)))
+  if ((st = plan(ctx, op, "kiln_qkv_project_int4_workspace_size", fused > 0, &algo, &merged, opts, &X, Y, w, NULL,
+                 NULL)))
     return st;
   args.algo = algo;
   if (algo == KILN_QKV_PREFILL)

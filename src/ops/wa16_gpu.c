@@ -346,9 +346,11 @@ static kiln_status wg_launch(const kiln_context *ctx, const char *op, const kiln
   if (st) return st;
   const int64_t sms = w4_sms(ctx), items = w4_tiles(a, args->count, bx), grid = items < sms ? items : sms;
   void *params[] = {(void *)args, maps};
-  static const kiln_kernel_id kernels[2][2][2] = {
-      {{KILN_K_W4A16_WGMMA128_F16, KILN_K_W4A16_WGMMA128_BF16}, {KILN_K_W4A16_WGMMA256_F16, KILN_K_W4A16_WGMMA256_BF16}},
-      {{KILN_K_W8A16_WGMMA128_F16, KILN_K_W8A16_WGMMA128_BF16}, {KILN_K_W8A16_WGMMA256_F16, KILN_K_W8A16_WGMMA256_BF16}}};
+  static const kiln_kernel_id kernels[2][2][2] = { /* [int8][256 rows][bf16] */
+      {{KILN_K_W4A16_WGMMA128_F16, KILN_K_W4A16_WGMMA128_BF16},
+       {KILN_K_W4A16_WGMMA256_F16, KILN_K_W4A16_WGMMA256_BF16}},
+      {{KILN_K_W8A16_WGMMA128_F16, KILN_K_W8A16_WGMMA128_BF16},
+       {KILN_K_W8A16_WGMMA256_F16, KILN_K_W8A16_WGMMA256_BF16}}};
   const kiln_kernel_id kernel = kernels[w8][bx == 256][a->x_dtype == KILN_DT_BF16];
   const unsigned smem = (unsigned)KILN_W4_WG_SMEM_BYTES(bx);
   return kiln_launch_dependent(ctx, kernel, (unsigned)grid, KILN_W4_WG_THREADS, smem, stream, params, op);

@@ -3,12 +3,12 @@
  * machine without a GPU (selected by KILN_LIBCUDA=path/to/this.so).
  *
  * It answers every entry point kiln resolves (KILN_CUDA_FUNCTIONS in src/runtime/cuda_driver.h)
- * and impersonates one working sm_90 device (two in mode twodev): device memory is host memory (aligned_alloc, so
- * copies and memsets really move bytes), kernel libraries, streams and events are handles it
- * tracks, and a launch checks its arguments and does nothing. It is strict where a real driver
- * is: calls that need a current context fail with CUDA_ERROR_INVALID_CONTEXT without one, an
- * unknown or destroyed stream, library or function is CUDA_ERROR_INVALID_HANDLE (so is a stream of
- * another device's context), an ordinal past the devices is CUDA_ERROR_INVALID_DEVICE.
+ * and impersonates one working sm_90 device (two in mode twodev): device memory is host memory
+ * (aligned_alloc, so copies and memsets really move bytes), kernel libraries, streams and events
+ * are handles it tracks, and a launch checks its arguments and does nothing. It is strict where a
+ * real driver is: calls that need a current context fail with CUDA_ERROR_INVALID_CONTEXT without
+ * one, an unknown or destroyed stream, library or function is CUDA_ERROR_INVALID_HANDLE (so is a
+ * stream of another device's context), an ordinal past the devices is CUDA_ERROR_INVALID_DEVICE.
  *
  * FAKE_CUDA_MODE picks the fault:
  *   old        cuDriverGetVersion reports 11.8 (too old for cuLibraryLoadData)
@@ -131,8 +131,7 @@ static CUresult handle_release(uintptr_t *table, int *live, void *handle) {
   return OK;
 }
 
-/* The primary context of device 0, and each thread's context stack. */
-/* Each device's primary context (the only contexts kiln uses). */
+/* Each device's primary context (the only contexts kiln uses), and each thread's context stack. */
 static struct {
   int ordinal;
 } primary_contexts[FAKE_MAX_DEVICES] = {{0}, {1}};
