@@ -107,6 +107,30 @@ KILN_DEVICE void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int 
         "l"(map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
         : "memory");
 }
+/* TMA stores, shared -> global, in bulk groups of the issuing thread. The threads that wrote the
+ * source with ordinary stores fence_proxy_async() first and then synchronize with the issuer;
+ * bulk_wait_read<N>() returns once at most N of the thread's groups still read shared memory,
+ * bulk_wait<N>() once at most N have not completed. */
+KILN_DEVICE void tma_store(const CUtensorMap *map, const void *src, int c0, int c1, int c2, bool three_d) {
+  if (three_d)
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(map),
+                 "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map),
+                 "r"(smem_u32(src)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+KILN_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N>
+KILN_DEVICE void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+KILN_DEVICE void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+KILN_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 /* Programmatic dependent launch (kiln_launch_dependent): the next kernel on the stream may start
  * launching once every block of this one has executed launch_dependents (or ended); wait blocks
  * the thread until the previous kernel has ended and its writes are visible. */
@@ -193,6 +217,70 @@ KILN_DEVICE void wgmma_wait() {
 }
 #endif
 
+/* The epilogue through shared memory (c_staged in the args: kiln_matmul with beta = 0, or
+ * kiln_matmul_int8; C row-major with 16-byte aligned rows). A consumer warpgroup's 64 x BN
+ * accumulator tile leaves in pieces of 64 rows by 128 bytes (32 f32 or 64 16-bit columns), each
+ * written to shared memory in TMA's 128-byte swizzle (16-byte chunk j of row r at j ^ r % 8: a
+ * warp's stores of 8 rows fall on distinct banks) and stored by one TMA store from thread 0,
+ * which drains while the warpgroup goes on, into the next piece and then the next tile's
+ * mainloop. The values are store_tile_as's (the same Value, its row and column factors hoisted
+ * the same way). Two 8 KB pieces alternate: a piece is rewritten only once the store before it
+ * has read it (bulk_wait_read<1>). Rows and columns past M and N, and whole pieces past N, are
+ * clipped by TMA. Why (rung store-probe, docs/performance.md): the direct stores of store_tile
+ * cost 6-15 % of the f16 kernel with f32 C and 18-24 % of the int8 one, the tensor pipe idle
+ * meanwhile. Named barrier 1 + cw is the warpgroup's; the caller waits for the last stores
+ * (bulk_wait) before the block ends. */
+template <class Value, int BN, class OUT, class Acc, class P>
+KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *stage, const CUtensorMap *map, int row0,
+                                 int col0, int b, int t, int cw) {
+  constexpr int E = (int)sizeof(OUT), PC = 128 / E; /* a piece's columns */
+  const int warp = t / 32, lane = t % 32;
+  typename Value::Row rv[2]; /* the lane's two rows' factors (store_tile_as's Value) */
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int row = row0 + 16 * warp + lane / 4 + 8 * h;
+    rv[h] = Value::row(p, row, row < p.m);
+  }
+#pragma unroll
+  for (int q = 0; q < BN / PC; q++) {
+    uint8_t *piece = stage + (q & 1) * 8192;
+    if (t == 0) bulk_wait_read<1>(); /* the store that last read this piece has read it */
+    named_sync(1 + cw, 128);
+#pragma unroll
+    for (int jj = 0; jj < PC / 8; jj++) { /* n8 block q·PC/8 + jj of the accumulator */
+      const int j = q * (PC / 8) + jj, c = 8 * jj + 2 * (lane % 4), col = col0 + q * PC + c;
+      /* columns past N are clipped by TMA: no factors read for them */
+      const typename Value::Col cv = col < p.n ? Value::col(p, col, col + 1 < p.n) : typename Value::Col{};
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int r = 16 * warp + lane / 4 + 8 * h, byte = c * E;
+        OUT *dst = reinterpret_cast<OUT *>(piece + r * 128 + ((((byte >> 4) ^ (r & 7)) << 4) | (byte & 15)));
+        float v0, v1; /* beta = 0: C is not read */
+        Value::get(p, rv[h], cv, static_cast<const OUT *>(nullptr), true, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], v0,
+                   v1);
+        put2(dst, v0, v1);
+      }
+    }
+    fence_proxy_async(); /* this thread's writes, visible to the TMA store */
+    named_sync(1 + cw, 128);
+    if (t == 0) {
+      tma_store(map, piece, col0 + q * PC, row0, b, p.batch > 1);
+      bulk_commit();
+    }
+  }
+}
+/* store_staged_as in C's dtype */
+template <class Value, int BN, class Acc, class P>
+KILN_DEVICE void store_staged(const Acc (&d)[BN / 2], const P &p, uint8_t *stage, const CUtensorMap *map, int row0,
+                              int col0, int b, int t, int cw) {
+  if (p.c_dtype == KILN_DT_F32)
+    store_staged_as<Value, BN, float>(d, p, stage, map, row0, col0, b, t, cw);
+  else if (p.c_dtype == KILN_DT_F16)
+    store_staged_as<Value, BN, __half>(d, p, stage, map, row0, col0, b, t, cw);
+  else
+    store_staged_as<Value, BN, __nv_bfloat16>(d, p, stage, map, row0, col0, b, t, cw);
+}
+
 /* f16 / bf16 in, f32 accumulators, C = alpha·acc + beta·C (kiln_matmul). */
 template <bool BF16>
 struct WgmmaF16 {
@@ -208,6 +296,12 @@ struct WgmmaF16 {
   template <int BN>
   static KILN_DEVICE void store(Acc (&d)[BN / 2], const Args &p, void *c, int row0, int col0, int lane) {
     store_c<1, BN / 8>(*reinterpret_cast<float(*)[1][BN / 8][4]>(d), p, c, row0, col0, lane);
+  }
+  static KILN_DEVICE bool staged(const Args &p) { return p.c_staged != 0; }
+  template <int BN>
+  static KILN_DEVICE void store_staged(Acc (&d)[BN / 2], const Args &p, uint8_t *stage, const CUtensorMap *map,
+                                       int row0, int col0, int b, int t, int cw) {
+    sm90::store_staged<GemmValue, BN>(d, p, stage, map, row0, col0, b, t, cw);
   }
 };
 
@@ -229,6 +323,12 @@ struct WgmmaS8 {
   static KILN_DEVICE void store(Acc (&d)[BN / 2], const Args &p, void *c, int row0, int col0, int lane) {
     StoreInt8::store<1, BN / 8>(*reinterpret_cast<int32_t(*)[1][BN / 8][4]>(d), p, c, row0, col0, lane);
   }
+  static KILN_DEVICE bool staged(const Args &p) { return p.c_staged != 0; }
+  template <int BN>
+  static KILN_DEVICE void store_staged(Acc (&d)[BN / 2], const Args &p, uint8_t *stage, const CUtensorMap *map,
+                                       int row0, int col0, int b, int t, int cw) {
+    sm90::store_staged<Int8Value, BN>(d, p, stage, map, row0, col0, b, t, cw);
+  }
 };
 
 /* Tuning probe (KILN_TUNE_DEFS): 1 skips the epilogue's stores (results are garbage), so that a
@@ -238,13 +338,16 @@ struct WgmmaS8 {
 #endif
 
 template <class T, bool A_K, bool B_K, int BN, int CLUSTER>
-__device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMap *map_a, const CUtensorMap *map_b) {
+__device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMap *map_a, const CUtensorMap *map_b,
+                                     const CUtensorMap *map_c) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int STAGES = KILN_GEMM_WG_STAGES(BN), BK = ROW / T::ELEM; /* K elements per slice */
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && BN >= 128), "a cluster pair splits B in halves of 64+ columns");
   constexpr int A_BYTES = BM * ROW, B_BYTES = BN * ROW, STAGE_BYTES = A_BYTES + B_BYTES;
   static_assert(BN == 256 || BN == 128 || BN == 64, "wgmma.cuh has widths 256, 128, 64");
-  static_assert(KILN_GEMM_WG_SMEM_BYTES(BN) >= STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8, "smem budget");
+  static_assert(KILN_GEMM_WG_SMEM_BYTES(BN) >= STAGES * STAGE_BYTES + 1024 + 1024 + KILN_GEMM_WG_STAGE_C_BYTES,
+                "smem budget");
+  static_assert(2 * STAGES * 8 <= 1024, "the barriers fit their 1 KB");
   extern __shared__ uint8_t smem_raw[];
   /* The 128-byte swizzle repeats every 1024 bytes: tiles start on 1024-byte boundaries. */
   uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -312,6 +415,8 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
   } else { /* consumers */
     consumer_registers();
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
+    /* this warpgroup's two staging pieces, after the barriers' 1 KB (store_staged_as) */
+    uint8_t *stage = smem + STAGES * STAGE_BYTES + 1024 + cw * (KILN_GEMM_WG_STAGE_C_BYTES / 2);
     typename T::Acc d[BN / 2];
     int it = 0;
     for (int item = first; item < total; item += step) {
@@ -340,13 +445,18 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
       wgmma_wait<0>();
       if (nk > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
       void *C = (char *)p.c + b * p.c_bs * (p.c_dtype == KILN_DT_F32 ? 4 : 2);
-      if (!KILN_GEMM_STORE_PROBE || p.m < 0) /* the probe keeps the code but never runs it */
+      if (KILN_GEMM_STORE_PROBE && p.m >= 0) { /* the probe: no stores (results are garbage) */
+      } else if (CLUSTER == 1 && T::staged(p)) {
+        T::template store_staged<BN>(d, p, stage, map_c, tm * BM + 64 * cw, tn * BN, b, t, cw);
+      } else {
         T::template store<BN>(d, p, C, tm * BM + 64 * cw + 16 * warp, tn * BN, lane);
+      }
     }
+    if (t == 0) bulk_wait<0>(); /* the block's shared memory stays until its stores are done (none: no-op) */
   }
   if (CLUSTER > 1) cluster_sync(); /* stay resident while the peer may still multicast or arrive here */
 #else
-  (void)p, (void)map_a, (void)map_b;
+  (void)p, (void)map_a, (void)map_b, (void)map_c;
   __trap(); /* the host launches these kernels only on sm_90 */
 #endif
 }
@@ -357,9 +467,9 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
 /* An exported kernel: trait T, whose argument struct is args_t; A / B k-major or not; tile width. */
 #define KILN_WGMMA_ENTRY(name, T, args_t, ak, bk, bn, cluster, attrs)                                           \
   extern "C" __global__ void __launch_bounds__(KILN_GEMM_WG_THREADS, 1) attrs                                   \
-      name(const args_t args, const __grid_constant__ CUtensorMap map_a,                                        \
-           const __grid_constant__ CUtensorMap map_b) {                                                         \
-    kiln::sm90::gemm<T, ak, bk, bn, cluster>(args, &map_a, &map_b);                                             \
+      name(const args_t args, const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, \
+           const __grid_constant__ CUtensorMap map_c) {                                                         \
+    kiln::sm90::gemm<T, ak, bk, bn, cluster>(args, &map_a, &map_b, &map_c);                                     \
   }
 #define KILN_NO_ATTRS /* an empty attribute list */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* sm_80/89 images: trap stubs, no clusters there */

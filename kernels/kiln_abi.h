@@ -27,6 +27,7 @@ typedef struct kiln_gemm_args {
   float alpha, beta;
   int32_t c_dtype; /* KILN_DT_* */
   int32_t group_m; /* tiles along m in one band of the L2-friendly tile order */
+  int32_t c_staged; /* WGMMA: C leaves through shared memory by TMA stores (its map is valid) */
 } kiln_gemm_args;
 #ifndef KILN_GEMM_GROUP_M /* kiln_gemm_args.group_m of kiln_matmul (tuning: scripts/gemm-ladder.sh) */
 #define KILN_GEMM_GROUP_M 8
@@ -82,8 +83,11 @@ typedef struct kiln_gemm_args {
 #define KILN_GEMM_WG_BK 64
 #define KILN_GEMM_WG_STAGES(bn) ((bn) == 256 ? 4 : (bn) == 128 ? 6 : 8)
 #define KILN_GEMM_WG_THREADS 384
+/* the ring, 1 KB for alignment, 1 KB of barriers, then the epilogue's staging (gemm_sm90.cuh,
+ * store_staged): two 8 KB pieces a consumer warpgroup */
+#define KILN_GEMM_WG_STAGE_C_BYTES (2 * 2 * 8192)
 #define KILN_GEMM_WG_SMEM_BYTES(bn) \
-  (KILN_GEMM_WG_STAGES(bn) * (KILN_GEMM_WG_BM + (bn)) * KILN_GEMM_WG_BK * 2 + 1024 + 2 * KILN_GEMM_WG_STAGES(bn) * 8)
+  (KILN_GEMM_WG_STAGES(bn) * (KILN_GEMM_WG_BM + (bn)) * KILN_GEMM_WG_BK * 2 + 1024 + 1024 + KILN_GEMM_WG_STAGE_C_BYTES)
 
 /* WGMMA 2-CTA clusters sharing B by TMA multicast (gemm_sm90.cu): built and used only with
  * KILN_TUNE_DEFS="KILN_WGMMA_PAIRS=1" (ladder rung w2), as on the H200 they measured 7 % slower
@@ -131,6 +135,7 @@ typedef struct kiln_int8_args {
    * Cᵀ = Bᵀ·Aᵀ (operands, m/n and the scale vectors swapped, c_cs == 1), so that the kernel
    * multiplies by col_scale (the caller's row_scale) before row_scale. */
   int32_t transposed;
+  int32_t c_staged; /* WGMMA: C leaves through shared memory by TMA stores (its map is valid) */
 } kiln_int8_args;
 
 /* Tiles of the int8 kernels (kernels/gemm_int8_sm80.cu): the f16 kernels' block (BM x BN, 8

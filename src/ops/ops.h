@@ -55,10 +55,17 @@ kiln_status kiln_wgmma_operand_map(const kiln_context *ctx, const char *op, cons
 /* The tile width (256, 128 or 64) for an M x N product over `batch` on `sms` SMs. */
 int kiln_wgmma_tile_n(int64_t m, int64_t n, int64_t batch, int sms);
 /* Encodes A's and B's TMA descriptors (boxes for tile width bn, halves of B with a 2-CTA pair)
- * and launches `kernel` with (args, map_a, map_b) on a persistent grid of min(items, resident
+ * and launches `kernel` with (args, map_a, map_b, map_c) on a persistent grid of min(items, resident
  * blocks or pairs). The caller has entered the context. */
 kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kernel_id kernel, const kiln_matrix *A,
-                              const kiln_matrix *B, int bn, bool pair, int64_t items, void *args, CUstream stream);
+                              const kiln_matrix *B, const kiln_matrix *C, int bn, bool pair, int64_t items, void *args,
+                              CUstream stream);
+/* Whether a WGMMA GEMM's C (row-major, batch matrices) can leave through shared memory by TMA
+ * stores (c_staged of kiln_gemm_args and kiln_int8_args; kiln_wgmma_launch then builds its
+ * map): beta = 0, row-major with 16-byte aligned rows and batch stride, rows a multiple of 16
+ * bytes long (TMA writes whole 16-byte chunks), strides TMA addresses
+ * (C->batch matrices, apart when more than one). */
+bool kiln_wgmma_c_staged(const kiln_matrix *C, float beta);
 /* A TMA descriptor: rank dimensions (innermost first), rank - 1 byte strides (multiples of 16,
  * below 2^40: the caller checks), box, swizzle (CU_TENSOR_MAP_SWIZZLE_128B for every wgmma
  * operand, _NONE for the W4A16 decode kernel's plain rows), zero fill outside the tensor.

@@ -75,18 +75,47 @@ int kiln_wgmma_tile_n(int64_t m, int64_t n, int64_t batch, int sms) {
   return 64;
 }
 
+/* Tuning (KILN_TUNE_DEFS): 0 keeps every WGMMA GEMM's C on the direct stores of store_tile */
+#ifndef KILN_GEMM_TMA_STORE
+#define KILN_GEMM_TMA_STORE 1
+#endif
+
+/* A TMA store writes whole 16-byte chunks: with rows of C->cols elements not a multiple of 16
+ * bytes it would overwrite what lies past each row's end (a padded view's gap), so such a C keeps
+ * the direct stores. */
+bool kiln_wgmma_c_staged(const kiln_matrix *C, float beta) {
+  const int64_t e = (int64_t)C->elem;
+  return KILN_GEMM_TMA_STORE && beta == 0.f && C->cs == 1 && kiln_matrix_aligned16(C) && C->cols * e % 16 == 0 &&
+         (uint64_t)(C->rs * e) < (1ull << 40) && (C->batch == 1 || (C->bs > 0 && (uint64_t)(C->bs * e) < (1ull << 40)));
+}
+
+/* C's map for the staged epilogue (kernels/gemm_sm90.cuh, store_staged_as): [batch][M][N],
+ * boxes of 64 rows by 128 bytes in the 128-byte swizzle */
+static kiln_status wgmma_c_map(const kiln_context *ctx, const char *op, const kiln_matrix *C, kiln_tensor_map *map) {
+  const uint64_t e = (uint64_t)C->elem;
+  const uint64_t dims[3] = {(uint64_t)C->cols, (uint64_t)C->rows, (uint64_t)C->batch};
+  const uint64_t strides[2] = {(uint64_t)C->rs * e, (uint64_t)C->bs * e};
+  const uint32_t box[3] = {(uint32_t)(128 / e), 64, 1};
+  const int type = e == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                   : KILN_IS_BF16(C->dtype) ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return kiln_tma_map(ctx, op, type, C->batch > 1 ? 3 : 2, C->data, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, map);
+}
+
 kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kernel_id kernel, const kiln_matrix *A,
-                              const kiln_matrix *B, int bn, bool pair, int64_t items, void *args, CUstream stream) {
-  kiln_tensor_map map_a, map_b;
+                              const kiln_matrix *B, const kiln_matrix *C, int bn, bool pair, int64_t items, void *args,
+                              CUstream stream) {
+  kiln_tensor_map map_a, map_b, map_c = {0}; /* map_c unused (zero) when C is NULL */
   kiln_status st;
   const bool a_k = A->cs == 1, b_k = B->rs == 1;
   /* a k-major operand is one box of [rows][128 bytes]; an m/n-major one boxes of [64 k][64 mn].
    * A k-major B box covers the tile's columns, or with a pair the half each CTA loads. */
   const uint32_t b_box = b_k ? (uint32_t)(pair ? bn / 2 : bn) : 64;
   if ((st = kiln_wgmma_operand_map(ctx, op, "A", A, a_k ? KILN_GEMM_WG_BM : 64, &map_a)) ||
-      (st = kiln_wgmma_operand_map(ctx, op, "B", B, b_box, &map_b)))
+      (st = kiln_wgmma_operand_map(ctx, op, "B", B, b_box, &map_b)) ||
+      (C && (st = wgmma_c_map(ctx, op, C, &map_c))))
     return st;
-  void *params[] = {args, &map_a, &map_b};
+  void *params[] = {args, &map_a, &map_b, &map_c};
   /* persistent grid: one block (or pair) per work item up to what is resident at once */
   const int64_t slots = pair ? ctx->wg_pair_clusters : (ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
   const int64_t grid = (items < slots ? items : slots) * (pair ? 2 : 1);
