@@ -124,6 +124,19 @@ static inline void kiln_qkv_proj_as_int4(const kiln_qkv_args *q, int i, kiln_int
   a->y = p->y, a->y_rs = p->y_rs, a->y_cs = p->y_cs, a->n = p->n;
 }
 
+/* The fused args' projections with n > 0 as single products, in order, into a[0 .. count);
+ * proj[j] (when proj is not NULL) is the index in q->proj of a[j]. Returns count. */
+static inline int kiln_qkv_nonempty_as_int4(const kiln_qkv_args *q, kiln_int4_args a[3], int proj[3]) {
+  int count = 0;
+  for (int i = 0; i < 3; i++) {
+    if (q->proj[i].n <= 0) continue;
+    kiln_qkv_proj_as_int4(q, i, &a[count]);
+    if (proj) proj[count] = i;
+    count++;
+  }
+  return count;
+}
+
 /* The GPU sides (src/ops/wa16_gpu.c, one kernel family): args validated, the context entered;
  * UNSUPPORTED with a message for what no kernel handles. proj[i].n == 0 skips a projection. */
 kiln_status kiln_matmul_int4_gpu(const kiln_context *ctx, const char *op, const kiln_int4_args *args, CUstream stream);

@@ -179,11 +179,7 @@ static kiln_status gemm(const kiln_context *ctx, const char *op, const kiln_matr
  * (kiln_w4_wgmma), when that path takes them (0 on other devices and the CPU); a: the
  * projections with n > 0 as kiln_matmul_int4's arguments. Returns their count, or 0. */
 static int w4_fused(const kiln_context *ctx, const kiln_qkv_args *args, kiln_int4_args a[3]) {
-  int count = 0;
-  for (int i = 0; i < 3; i++) {
-    kiln_qkv_proj_as_int4(args, i, &a[count]);
-    if (a[count].n > 0) count++;
-  }
+  const int count = kiln_qkv_nonempty_as_int4(args, a, NULL);
   return count && kiln_w4_wgmma_fits(ctx, a, count) ? count : 0;
 }
 

@@ -374,12 +374,11 @@ kiln_status kiln_w4_wgmma(const kiln_context *ctx, const char *op, const kiln_in
 /* The fused int8 QKV call's projections with n > 0 (q's), as problems of the kernel: a as
  * kiln_matmul_int4's arguments (x, y, m, n, k and dtypes; no codes), w the int8 weights. */
 static int w8_problems(const kiln_qkv_args *q, kiln_int4_args a[3], const kiln_qkv_proj *w[3]) {
-  int count = 0;
-  for (int i = 0; i < 3; i++) {
-    kiln_qkv_proj_as_int4(q, i, &a[count]);
-    a[count].group = q->k;
-    w[count] = &q->proj[i];
-    if (a[count].n > 0) count++;
+  int proj[3];
+  const int count = kiln_qkv_nonempty_as_int4(q, a, proj);
+  for (int j = 0; j < count; j++) {
+    a[j].group = q->k;
+    w[j] = &q->proj[proj[j]];
   }
   return count;
 }
