@@ -111,8 +111,25 @@ KILN_DEVICE void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int 
  * source with ordinary stores fence_proxy_async() first and then synchronize with the issuer;
  * bulk_wait_read<N>() returns once at most N of the thread's groups still read shared memory,
  * bulk_wait<N>() once at most N have not completed. */
+/* Tuning (KILN_TUNE_DEFS): 1 marks the stores' lines evict-first in L2, so that C, written once,
+ * does not displace the A and B slabs that later tiles read again (rung e2) */
+#ifndef KILN_GEMM_C_EVICT_FIRST
+#define KILN_GEMM_C_EVICT_FIRST 0
+#endif
 KILN_DEVICE void tma_store(const CUtensorMap *map, const void *src, int c0, int c1, int c2, bool three_d) {
-  if (three_d)
+  if (KILN_GEMM_C_EVICT_FIRST) {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    if (three_d)
+      asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4}], [%1], %5;\n" ::"l"(
+                       map),
+                   "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "l"(policy)
+                   : "memory");
+    else
+      asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;\n" ::"l"(map),
+                   "r"(smem_u32(src)), "r"(c0), "r"(c1), "l"(policy)
+                   : "memory");
+  } else if (three_d)
     asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(map),
                  "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
                  : "memory");

@@ -46,12 +46,14 @@ ladder_step gemm w3-g32 "KILN_GEMM_GROUP_M=32"
 # 2026-12-04: 6-15 % of the f16 GEMM with f32 C, 18-24 % of the int8 GEMM, 1-13 % of the int4
 # PREFILL (docs/performance.md, "Rung store-probe").
 ladder_step gemm store-probe "KILN_GEMM_STORE_PROBE=1;KILN_W4_WG_STORE_PROBE=1"
-# e1 (scripts/rungs/gemm-e1-tma-store.patch on 4e5771a; built, host tests pass, not yet run on a
-# GPU): the WGMMA GEMMs' C (f16/bf16 with beta = 0, and int8) through shared memory and TMA
-# stores that drain under the next tile (16-byte aligned rows); e1-off: the same code with
-# KILN_GEMM_TMA_STORE=0 (direct stores), to compare within one patch. Predicted: up to the probe's
-# 6-15 % (f32 C) and 18-24 % (int8). Its tests: a full build of /tmp/kiln-gemm-e1, then
-# test_gpu_matmul, test_gpu_int8 (and the int4 PREFILL's copy path in test_gpu_int4) and
-# compute-sanitizer memcheck / racecheck / synccheck of them.
-ladder_step gemm e1 "" 4e5771a scripts/rungs/gemm-e1-tma-store.patch
-ladder_step gemm e1-off "KILN_GEMM_TMA_STORE=0" 4e5771a scripts/rungs/gemm-e1-tma-store.patch
+# e1 (landed as 92fd5b2; its patch, scripts/rungs/gemm-e1-tma-store.patch, is in 1392282): the
+# WGMMA GEMMs' C (f16/bf16 with beta = 0, and int8) through shared memory and TMA stores that
+# drain under the next tile, where C's rows are whole 16-byte chunks; e1-off: the same code with
+# KILN_GEMM_TMA_STORE=0 (direct stores). Predicted: up to the probe's 6-15 % (f32 C) and 18-24 %
+# (int8). Measured 2026-12-04 (twelfth session, 4 interleaved runs): 4-12 % with 16-bit C, int8
+# 1-12 %, f32 C within the noise (docs/performance.md, "Rung e1").
+ladder_step gemm e1-off "KILN_GEMM_TMA_STORE=0"
+# e2: e1 with C's TMA stores marked evict-first in L2, so that C (written once) does not displace
+# the A and B slabs that later tiles read again. Predicted: part of what e1 left of the probe's
+# bound with f32 C (64 MB written at 4096^3).
+ladder_step gemm e2 "KILN_GEMM_C_EVICT_FIRST=1"

@@ -55,9 +55,9 @@ if [ "${1:-}" = build ]; then
   ladder_step w4p f256 "KILN_W4_WG_BX=256" c1a47e5
   # p16: y's pieces leave by TMA stores (32-byte swizzled boxes of 32 rows x 16 columns, two
   # 1 KB halves a warp) that drain while the warp goes on, in place of rung p10's LDS + STG
-  # (rung store-probe bounded the epilogue at 1-13 % of the kernel). Measured once 2026-12-04,
-  # inside that call's +-10 % noise; its tests but prefill_fused (cut by the call's time) passed.
-  # A full build for its tests: cmake -S /tmp/kiln-w4p-p16 -B build-ladder/full-p16 ...
+  # (rung store-probe bounded the epilogue at 1-13 % of the kernel). Measured 2026-12-04 in three
+  # interleaved rounds on top of e1 (92fd5b2, where its gemm_sm90.cuh hunk is already in): 0.90-1.03
+  # of main, within the noise; tests and sanitizers clean; not taken (docs/performance.md).
   ladder_step w4p p16 "" e4a6247 scripts/rungs/w4-prefill-p16-tma-store.patch
   exit 0
 fi
