@@ -53,7 +53,14 @@ ladder_step gemm store-probe "KILN_GEMM_STORE_PROBE=1;KILN_W4_WG_STORE_PROBE=1"
 # (int8). Measured 2026-12-04 (twelfth session, 4 interleaved runs): 4-12 % with 16-bit C, int8
 # 1-12 %, f32 C within the noise (docs/performance.md, "Rung e1").
 ladder_step gemm e1-off "KILN_GEMM_TMA_STORE=0"
-# e2: e1 with C's TMA stores marked evict-first in L2, so that C (written once) does not displace
-# the A and B slabs that later tiles read again. Predicted: part of what e1 left of the probe's
-# bound with f32 C (64 MB written at 4096^3).
-ladder_step gemm e2 "KILN_GEMM_C_EVICT_FIRST=1"
+# e2 (commit 2c7edbc, where KILN_GEMM_C_EVICT_FIRST exists): e1 with C's TMA stores marked
+# evict-first in L2, so that C (written once) does not displace the A and B slabs that later
+# tiles read again. Predicted: part of what e1 left of the probe's bound with f32 C. Measured
+# 2026-12-04, 3 interleaved rounds: 0.93-1.04 of main, noise; not taken (the macro left main).
+ladder_step gemm e2 "KILN_GEMM_C_EVICT_FIRST=1" 2c7edbc
+# e3: each warp stages and stores its own 16-row pieces of C (lane 0 issues the TMA store) in
+# place of the warpgroup's 64-row pieces between named barriers. Nsight Compute (4096^3 f16 ->
+# f32, e1) put 41 % of the warps' stall cycles at CTA barriers. Predicted: a few % of the
+# epilogue's share (it is ~10 % of the kernel at f32 C). Its tests: a full build with
+# -DKILN_TUNE_DEFS=KILN_GEMM_C_PIECE_ROWS=16, then test_gpu_matmul and test_gpu_int8.
+ladder_step gemm e3 "KILN_GEMM_C_PIECE_ROWS=16"
