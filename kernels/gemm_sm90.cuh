@@ -221,9 +221,9 @@ KILN_DEVICE void wgmma_wait() {
  * kiln_matmul_int8; C row-major with 16-byte aligned rows). A consumer warpgroup's 64 x BN
  * accumulator tile leaves in pieces of 64 rows by 128 bytes (32 f32 or 64 16-bit columns), each
  * written to shared memory in TMA's 128-byte swizzle (16-byte chunk j of row r at j ^ r % 8: a
- * warp's stores of 8 rows fall on distinct banks) and stored by one TMA store from thread 0 (or
- * with KILN_GEMM_C_PIECE_ROWS 16, in each warp's pieces of 16 rows from its lane 0), which
- * drains while the warpgroup goes on, into the next piece and then the next tile's mainloop. The values are store_tile_as's (the same Value, its row and column factors hoisted
+ * warp's stores of 8 rows fall on distinct banks) and stored by one TMA store from thread 0,
+ * which drains while the warpgroup goes on, into the next piece and then the next tile's
+ * mainloop. The values are store_tile_as's (the same Value, its row and column factors hoisted
  * the same way). Two 8 KB pieces alternate: a piece is rewritten only once the store before it
  * has read it (bulk_wait_read<1>). Rows and columns past M and N, and whole pieces past N, are
  * clipped by TMA. Why (rung store-probe, docs/performance.md): the direct stores of store_tile
@@ -234,13 +234,7 @@ template <class Value, int BN, class OUT, class Acc, class P>
 KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *stage, const CUtensorMap *map, int row0,
                                  int col0, int b, int t, int cw) {
   constexpr int E = (int)sizeof(OUT), PC = 128 / E; /* a piece's columns */
-  /* KILN_GEMM_C_PIECE_ROWS (kiln_abi.h) 64: the warpgroup's pieces, thread 0 stores, named
-   * barriers; 16: each warp's own pieces, its lane 0 stores, the warp alone synchronizes */
-  constexpr int PR = KILN_GEMM_C_PIECE_ROWS, PIECE = PR * 128;
-  static_assert(PR == 64 || PR == 16, "a piece is the warpgroup's 64 rows or a warp's 16");
   const int warp = t / 32, lane = t % 32;
-  const bool issuer = PR == 64 ? t == 0 : lane == 0;
-  uint8_t *mine = stage + (PR == 64 ? 0 : warp * 2 * PIECE); /* two pieces alternate */
   typename Value::Row rv[2]; /* the lane's two rows' factors (store_tile_as's Value) */
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -249,12 +243,9 @@ KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *st
   }
 #pragma unroll
   for (int q = 0; q < BN / PC; q++) {
-    uint8_t *piece = mine + (q & 1) * PIECE;
-    if (issuer) bulk_wait_read<1>(); /* the store that last read this piece has read it */
-    if (PR == 64)
-      named_sync(1 + cw, 128);
-    else
-      __syncwarp();
+    uint8_t *piece = stage + (q & 1) * 8192;
+    if (t == 0) bulk_wait_read<1>(); /* the store that last read this piece has read it */
+    named_sync(1 + cw, 128);
 #pragma unroll
     for (int jj = 0; jj < PC / 8; jj++) { /* n8 block q·PC/8 + jj of the accumulator */
       const int j = q * (PC / 8) + jj, c = 8 * jj + 2 * (lane % 4), col = col0 + q * PC + c;
@@ -262,7 +253,7 @@ KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *st
       const typename Value::Col cv = col < p.n ? Value::col(p, col, col + 1 < p.n) : typename Value::Col{};
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        const int r = (PR == 64 ? 16 * warp : 0) + lane / 4 + 8 * h, byte = c * E;
+        const int r = 16 * warp + lane / 4 + 8 * h, byte = c * E;
         OUT *dst = reinterpret_cast<OUT *>(piece + r * 128 + ((((byte >> 4) ^ (r & 7)) << 4) | (byte & 15)));
         float v0, v1; /* beta = 0: C is not read */
         Value::get(p, rv[h], cv, static_cast<const OUT *>(nullptr), true, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], v0,
@@ -271,12 +262,9 @@ KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *st
       }
     }
     fence_proxy_async(); /* this thread's writes, visible to the TMA store */
-    if (PR == 64)
-      named_sync(1 + cw, 128);
-    else
-      __syncwarp();
-    if (issuer) {
-      tma_store(map, piece, col0 + q * PC, row0 + (PR == 64 ? 0 : 16 * warp), b, p.batch > 1);
+    named_sync(1 + cw, 128);
+    if (t == 0) {
+      tma_store(map, piece, col0 + q * PC, row0, b, p.batch > 1);
       bulk_commit();
     }
   }
@@ -464,9 +452,7 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
         T::template store<BN>(d, p, C, tm * BM + 64 * cw + 16 * warp, tn * BN, lane);
       }
     }
-    /* the block's shared memory stays until its stores are done (none: no-op); the threads that
-     * issued them wait (store_staged_as) */
-    if (KILN_GEMM_C_PIECE_ROWS == 64 ? t == 0 : lane == 0) bulk_wait<0>();
+    if (t == 0) bulk_wait<0>(); /* the block's shared memory stays until its stores are done (none: no-op) */
   }
   if (CLUSTER > 1) cluster_sync(); /* stay resident while the peer may still multicast or arrive here */
 #else

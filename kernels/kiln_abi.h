@@ -86,12 +86,6 @@ typedef struct kiln_gemm_args {
 /* the ring, 1 KB for alignment, 1 KB of barriers, then the epilogue's staging (gemm_sm90.cuh,
  * store_staged): two 8 KB pieces a consumer warpgroup */
 #define KILN_GEMM_WG_STAGE_C_BYTES (2 * 2 * 8192)
-/* Tuning (KILN_TUNE_DEFS): rows of a staged piece of C, the C map's box height: 64 (a consumer
- * warpgroup's, stored by its thread 0 between named barriers) or 16 (each warp's own, stored by
- * its lane 0: no barrier across warps; rung e3) */
-#ifndef KILN_GEMM_C_PIECE_ROWS
-#define KILN_GEMM_C_PIECE_ROWS 64
-#endif
 #define KILN_GEMM_WG_SMEM_BYTES(bn) \
   (KILN_GEMM_WG_STAGES(bn) * (KILN_GEMM_WG_BM + (bn)) * KILN_GEMM_WG_BK * 2 + 1024 + 1024 + KILN_GEMM_WG_STAGE_C_BYTES)
 

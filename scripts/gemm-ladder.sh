@@ -58,9 +58,12 @@ ladder_step gemm e1-off "KILN_GEMM_TMA_STORE=0"
 # tiles read again. Predicted: part of what e1 left of the probe's bound with f32 C. Measured
 # 2026-12-04, 3 interleaved rounds: 0.93-1.04 of main, noise; not taken (the macro left main).
 ladder_step gemm e2 "KILN_GEMM_C_EVICT_FIRST=1" 2c7edbc
-# e3: each warp stages and stores its own 16-row pieces of C (lane 0 issues the TMA store) in
-# place of the warpgroup's 64-row pieces between named barriers. Nsight Compute (4096^3 f16 ->
-# f32, e1) put 41 % of the warps' stall cycles at CTA barriers. Predicted: a few % of the
-# epilogue's share (it is ~10 % of the kernel at f32 C). Its tests: a full build with
-# -DKILN_TUNE_DEFS=KILN_GEMM_C_PIECE_ROWS=16, then test_gpu_matmul and test_gpu_int8.
-ladder_step gemm e3 "KILN_GEMM_C_PIECE_ROWS=16"
+# e3 (commit 2f69510, where KILN_GEMM_C_PIECE_ROWS exists): each warp stages and stores its own
+# 16-row pieces of C (lane 0 issues the TMA store) in place of the warpgroup's 64-row pieces
+# between named barriers. Nsight Compute (4096^3 f16 -> f32, e1) put 41 % of the warps' stall
+# cycles at CTA barriers. Predicted: a few % of the epilogue's share. Measured 2026-12-04: tests
+# and sanitizers clean; Nsight Compute 192.4-193.0 against main's 192.8-193.1 us, the barrier
+# stall 5.4 -> 4.9 cycles (so the epilogue's barriers were not most of it); bench 0.96-1.04.
+# Not taken (the macro left main). Its tests: a full build with
+# -DKILN_TUNE_DEFS=KILN_GEMM_C_PIECE_ROWS=16 of 2f69510, then test_gpu_matmul and test_gpu_int8.
+ladder_step gemm e3 "KILN_GEMM_C_PIECE_ROWS=16" 2f69510

@@ -90,12 +90,12 @@ bool kiln_wgmma_c_staged(const kiln_matrix *C, float beta) {
 }
 
 /* C's map for the staged epilogue (kernels/gemm_sm90.cuh, store_staged_as): [batch][M][N],
- * boxes of KILN_GEMM_C_PIECE_ROWS rows by 128 bytes in the 128-byte swizzle */
+ * boxes of 64 rows by 128 bytes in the 128-byte swizzle */
 static kiln_status wgmma_c_map(const kiln_context *ctx, const char *op, const kiln_matrix *C, kiln_tensor_map *map) {
   const uint64_t e = (uint64_t)C->elem;
   const uint64_t dims[3] = {(uint64_t)C->cols, (uint64_t)C->rows, (uint64_t)C->batch};
   const uint64_t strides[2] = {(uint64_t)C->rs * e, (uint64_t)C->bs * e};
-  const uint32_t box[3] = {(uint32_t)(128 / e), KILN_GEMM_C_PIECE_ROWS, 1};
+  const uint32_t box[3] = {(uint32_t)(128 / e), 64, 1};
   const int type = e == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                    : KILN_IS_BF16(C->dtype) ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
