@@ -67,3 +67,10 @@ ladder_step gemm e2 "KILN_GEMM_C_EVICT_FIRST=1" 2c7edbc
 # Not taken (the macro left main). Its tests: a full build with
 # -DKILN_TUNE_DEFS=KILN_GEMM_C_PIECE_ROWS=16 of 2f69510, then test_gpu_matmul and test_gpu_int8.
 ladder_step gemm e3 "KILN_GEMM_C_PIECE_ROWS=16" 2f69510
+# v9: CP_ASYNC 128x256x64 with 4 stages (216 KB of shared memory: sm_90 only; sm_80 has 164 KB,
+# so a default would have to depend on the device) instead of 3 (162 KB): three slices in flight
+# during the MMAs instead of two. Nsight Compute (rung v7) found 0.38 eligible warps a scheduler.
+# Predicted: +0-10 % at 4096^3 if load latency is what the warps wait on. Measured 2026-12-04: a
+# steady 1-3 % (0.46-0.48x cuBLAS), not taken (docs/performance.md, ladder table). kiln-bench only:
+# kiln-bench matmul --shape 4096x4096x4096 --shape 8192x8192x8192 --algo cp_async --dtype all.
+ladder_step gemm v9-cpa-s4 "KILN_GEMM_CPA_STAGES=4"
