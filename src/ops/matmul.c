@@ -150,7 +150,6 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
       .m = (int32_t)A.rows, .n = (int32_t)B.cols, .k = (int32_t)A.cols, .batch = (int32_t)batch,
       .alpha = alpha, .beta = beta, .c_dtype = kiln_dt_code(C.dtype), .group_m = KILN_GEMM_GROUP_M,
   };
-  /* WGMMA single CTAs: C through shared memory and TMA stores where it can (kiln_wgmma_c_staged) */
   const unsigned gz = batch > 65535 ? 65535u : (unsigned)batch;
   /* With KILN_WGMMA_PAIRS, WGMMA 128 x 256 tiles go in 2-CTA clusters sharing B (TMA multicast)
    * when there are two or more tile rows to pair up (off by default: docs/performance.md). */
@@ -159,6 +158,7 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
   const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, wg_pair, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
   if (wg) {
     const int64_t items = wg_pair ? (tiles_m + 1) / 2 * (tiles / tiles_m) * batch : tiles * batch;
+    /* single CTAs: C through shared memory and TMA stores where it can (kiln_wgmma_c_staged) */
     args.c_staged = !wg_pair && C.batch == batch && kiln_wgmma_c_staged(&C, beta);
     return kiln_wgmma_launch(ctx, op, kernel, &A, &B, args.c_staged ? &C : NULL, wg_bn, wg_pair, items, &args,
                              stream);

@@ -99,7 +99,8 @@ static kiln_status wgmma_c_map(const kiln_context *ctx, const char *op, const ki
   const int type = e == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                    : KILN_IS_BF16(C->dtype) ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return kiln_tma_map(ctx, op, type, C->batch > 1 ? 3 : 2, C->data, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, map);
+  return kiln_tma_map(ctx, op, type, C->batch > 1 ? 3 : 2, C->data, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                      map);
 }
 
 kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kernel_id kernel, const kiln_matrix *A,
