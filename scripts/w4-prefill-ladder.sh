@@ -59,6 +59,13 @@ if [ "${1:-}" = build ]; then
   # interleaved rounds on top of e1 (92fd5b2, where its gemm_sm90.cuh hunk is already in): 0.90-1.03
   # of main, within the noise; tests and sanitizers clean; not taken (docs/performance.md).
   ladder_step w4p p16 "" e4a6247 scripts/rungs/w4-prefill-p16-tma-store.patch
+  # p17: each k16 chunk's wgmma issued right after its fragments are dequantized (a wgmma fence
+  # each), instead of all four after the whole stage. Nsight Compute's stall samples (2026-12-04,
+  # docs/performance.md) showed the tensor pipe running dry while the consumers dequantize.
+  # Predicted: 0-10 % at M >= 1024. Built (ptxas: 168 registers, 0 spills, no C75xx notes; the
+  # default build's PTX byte-identical), not yet run on a GPU. Its tests: a full build of
+  # /tmp/kiln-w4p-p17 with -DKILN_TUNE_DEFS=KILN_W4_WG_CHUNKED=1, then test_gpu_int4.
+  ladder_step w4p p17 "KILN_W4_WG_CHUNKED=1" 5ccc903 scripts/rungs/w4-prefill-p17-chunked.patch
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
