@@ -496,6 +496,13 @@ static void badordinal(void) {
   on3.device.device_id = 3;
   assert_kiln_fails(kiln_tensor_copy(ctx, &dst->dl_tensor, &on3, NULL), KILN_ERROR_INVALID_ARGUMENT,
                     "kiln_tensor_copy", "dst", "kDLCUDA:3", "kDLCUDA:0");
+  /* memory of another kind of device is neither the GPU's nor host memory: refused, never given
+   * to cuMemcpyAsync (it once was, as anything but kDLCUDA counted as host memory) */
+  on3 = dst->dl_tensor;
+  on3.device = (DLDevice){kDLROCM, 0};
+  assert_kiln_fails(kiln_tensor_copy(ctx, &dst->dl_tensor, &on3, NULL), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_tensor_copy: dst is on kDLROCM:0; kiln_tensor_copy copies between host memory (kDLCPU, "
+                    "kDLCUDAHost) and the context's GPU (kDLCUDA:0)");
   kiln_tensor_free(src);
   kiln_tensor_free(dst);
   kiln_context_destroy(ctx);

@@ -54,15 +54,6 @@ kiln_status kiln_check_w16_x(const kiln_context *ctx, const char *op, const DLTe
   return kiln_matrix_view(op, "x", x, false, m);
 }
 
-static const char *device_name(DLDeviceType t) {
-  switch (t) {
-  case kDLCPU: return "kDLCPU";
-  case kDLCUDA: return "kDLCUDA";
-  case kDLCUDAHost: return "kDLCUDAHost";
-  default: return "another device type";
-  }
-}
-
 kiln_status kiln_check_int4_weight(const kiln_context *ctx, const char *op, const char *arg, const kiln_qweight *w,
                                    const DLTensor *x, int64_t k) {
   if (!w)
@@ -81,18 +72,17 @@ kiln_status kiln_check_int4_weight(const kiln_context *ctx, const char *op, cons
                      "%s: %s->%s is NULL; point codes, scales and zeros at the native buffers (sizes from "
                      "kiln_qweight_bytes)",
                      op, arg, !w->codes ? "codes" : !w->scales ? "scales" : "zeros");
-  const DLDevice d = w->device;
-  if (ctx->device_type == kDLCPU) {
-    if (d.device_type != kDLCPU && d.device_type != kDLCUDAHost)
+  char dv[48];
+  if (!kiln_device_usable(ctx, w->device)) {
+    if (ctx->device_type == kDLCPU)
       return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                       "%s: %s->device is %s:%d but the context is the CPU's; use a CUDA context for a weight in "
+                       "%s: %s->device is %s but the context is the CPU's; use a CUDA context for a weight in "
                        "GPU memory (or set device to {kDLCPU, 0} for host buffers)",
-                       op, arg, device_name(d.device_type), (int)d.device_id);
-  } else if (d.device_type != kDLCUDA || d.device_id != ctx->ordinal) {
+                       op, arg, kiln_device_str(w->device, dv));
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: %s->device is %s:%d but the context is for kDLCUDA:%d; copy the weight's buffers to "
+                     "%s: %s->device is %s but the context is for kDLCUDA:%d; copy the weight's buffers to "
                      "cuda:%d or use that device's context",
-                     op, arg, device_name(d.device_type), (int)d.device_id, ctx->ordinal, ctx->ordinal);
+                     op, arg, kiln_device_str(w->device, dv), ctx->ordinal, ctx->ordinal);
   }
   if (w->k != k) {
     char sh[160];

@@ -164,51 +164,75 @@ kiln_status kiln_tensor_copy(kiln_context *ctx, const DLTensor *src, const DLTen
   kiln_status st = kiln_check_context(ctx, op);
   if (st) return st;
   if (!dst || !src) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a DLTensor", op, dst ? "src" : "dst");
+  const DLTensor *const t[2] = {src, dst};
+  static const char *const name[2] = {"src", "dst"};
   char a[160], b[160], da[48], db[48];
-  if (src->ndim < 0 || src->ndim > KILN_MAX_NDIM || (src->ndim > 0 && (!src->shape || !dst->shape)))
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: src has ndim %d (or NULL shape); expected 0..%d dimensions", op,
-                     (int)src->ndim, KILN_MAX_NDIM);
+  for (int i = 0; i < 2; i++) {
+    if (t[i]->ndim < 0 || t[i]->ndim > KILN_MAX_NDIM)
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has ndim %d; expected 0..%d", op, name[i],
+                       (int)t[i]->ndim, KILN_MAX_NDIM);
+    if (t[i]->ndim > 0 && !t[i]->shape)
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has ndim %d but shape is NULL; pass its shape", op,
+                       name[i], (int)t[i]->ndim);
+  }
   if (src->ndim != dst->ndim || memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)src->ndim) != 0)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: dst has shape %s but src has shape %s; they must match", op,
                      kiln_shape_str(dst, a, sizeof a), kiln_shape_str(src, b, sizeof b));
   if (memcmp(&src->dtype, &dst->dtype, sizeof src->dtype) != 0)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: dst is %s but src is %s; use kiln_cast to convert", op,
                      kiln_dtype_name(dst->dtype, da), kiln_dtype_name(src->dtype, db));
-  int64_t count = 1;
+  /* bytes, whatever the element type (bool, complex, vector lanes): only sub-byte ones have no
+   * layout a byte copy could honour */
+  const int64_t elem_bits = (int64_t)src->dtype.bits * src->dtype.lanes;
+  if (elem_bits == 0 || elem_bits % 8 != 0)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: src has dtype %s, elements of %" PRId64 " bits; kiln_tensor_copy copies elements of whole "
+                     "bytes (copy the packed buffer as uint8)",
+                     op, kiln_dtype_name(src->dtype, db), elem_bits);
   for (int d = 0; d < src->ndim; d++)
-    if (src->shape[d] < 0 || __builtin_mul_overflow(count, src->shape[d], &count))
-      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: src has shape %s, a negative size or too many elements", op,
-                       kiln_shape_str(src, a, sizeof a));
-  if (count == 0) return KILN_OK; /* nothing to copy, whatever the strides */
+    if (src->shape[d] < 0)
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: src has shape %s, a negative size in dimension %d", op,
+                       kiln_shape_str(src, a, sizeof a), d);
+  int64_t bytes = elem_bits / 8;
+  for (int d = 0; d < src->ndim; d++)
+    if (__builtin_mul_overflow(bytes, src->shape[d], &bytes))
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: src has shape %s of %s: more than 2^63 - 1 bytes", op,
+                       kiln_shape_str(src, a, sizeof a), kiln_dtype_name(src->dtype, db));
+  if (bytes == 0) return KILN_OK; /* nothing to copy, whatever the strides, devices or pointers */
   if (!is_compact(src) || !is_compact(dst))
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not compact row-major; copy supports compact tensors only",
                      op, is_compact(src) ? "dst" : "src");
-  int64_t numel = 1;
-  for (int d = 0; d < src->ndim; d++) numel *= src->shape[d];
-  size_t bytes = (size_t)numel * kiln_dtype_size(src->dtype);
-  if (bytes == 0) return KILN_OK;
-  if (!src->data || !dst->data) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: data is NULL", op);
-  bool host_src = src->device.device_type != kDLCUDA, host_dst = dst->device.device_type != kDLCUDA;
+  /* each side host memory (kDLCPU, kDLCUDAHost) or, on a CUDA context, its own GPU's */
+  for (int i = 0; i < 2; i++) {
+    const DLDevice d = t[i]->device;
+    if (d.device_type == kDLCPU || d.device_type == kDLCUDAHost || kiln_device_usable(ctx, d)) continue;
+    if (ctx->device_type == kDLCPU)
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                       "%s: %s is on %s but the context is the CPU's, which copies host memory only; use a CUDA "
+                       "context to copy to or from a GPU",
+                       op, name[i], kiln_device_str(d, da));
+    if (d.device_type == kDLCUDA)
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                       "%s: %s is on %s but the context is for kDLCUDA:%d; move the tensor to cuda:%d or use "
+                       "that device's context",
+                       op, name[i], kiln_device_str(d, da), ctx->ordinal, ctx->ordinal);
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: %s is on %s; kiln_tensor_copy copies between host memory (kDLCPU, kDLCUDAHost) and the "
+                     "context's GPU (kDLCUDA:%d)",
+                     op, name[i], kiln_device_str(d, da), ctx->ordinal);
+  }
+  for (int i = 0; i < 2; i++)
+    if (!t[i]->data)
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has %" PRId64 " bytes but data is NULL; pass its buffer",
+                       op, name[i], bytes);
   if (ctx->device_type == kDLCPU) {
-    if (!host_src || !host_dst)
-      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: a GPU tensor was given to a CPU context; use a CUDA context",
-                       op);
-    memmove(kiln_tensor_data(dst), kiln_tensor_data(src), bytes);
+    memmove(kiln_tensor_data(dst), kiln_tensor_data(src), (size_t)bytes);
     return KILN_OK;
   }
-  /* Name the tensor and both ordinals, as kiln_check_tensor does for ops (the message used to
-   * give only the context's ordinal, not which tensor or where it is). */
-  const bool src_elsewhere = !host_src && src->device.device_id != ctx->ordinal;
-  if (src_elsewhere || (!host_dst && dst->device.device_id != ctx->ordinal))
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: %s is on kDLCUDA:%d but the context is for kDLCUDA:%d; move the tensor to cuda:%d or use "
-                     "that device's context",
-                     op, src_elsewhere ? "src" : "dst", (int)(src_elsewhere ? src : dst)->device.device_id,
-                     ctx->ordinal, ctx->ordinal);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
   CUresult r = ctx->cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)kiln_tensor_data(dst),
-                                      (CUdeviceptr)(uintptr_t)kiln_tensor_data(src), bytes, stream);
+                                      (CUdeviceptr)(uintptr_t)kiln_tensor_data(src), (size_t)bytes, stream);
   kiln_ctx_leave(ctx, &scope);
   return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuMemcpyAsync");
 }

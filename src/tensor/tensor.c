@@ -58,30 +58,36 @@ int64_t kiln_tensor_stride(const DLTensor *t, int d) {
   return s;
 }
 
-static const char *device_name(DLDeviceType type) {
-  switch (type) {
-  case kDLCPU: return "kDLCPU";
-  case kDLCUDA: return "kDLCUDA";
-  case kDLCUDAHost: return "kDLCUDAHost";
-  case kDLCUDAManaged: return "kDLCUDAManaged";
-  case kDLROCM: return "kDLROCM";
-  default: return "another device type";
-  }
+const char *kiln_device_str(DLDevice d, char buf[48]) {
+  static const char *const names[] = {
+      [kDLCPU] = "kDLCPU",   [kDLCUDA] = "kDLCUDA",         [kDLCUDAHost] = "kDLCUDAHost", [kDLOpenCL] = "kDLOpenCL",
+      [kDLVulkan] = "kDLVulkan", [kDLMetal] = "kDLMetal", [kDLVPI] = "kDLVPI",           [kDLROCM] = "kDLROCM",
+      [kDLROCMHost] = "kDLROCMHost", [kDLExtDev] = "kDLExtDev", [kDLCUDAManaged] = "kDLCUDAManaged"};
+  const unsigned type = (unsigned)d.device_type;
+  if (type < sizeof names / sizeof names[0] && names[type])
+    snprintf(buf, 48, "%s:%d", names[type], (int)d.device_id);
+  else
+    snprintf(buf, 48, "device type %u:%d", type, (int)d.device_id);
+  return buf;
+}
+
+bool kiln_device_usable(const kiln_context *ctx, DLDevice d) {
+  if (ctx->device_type == kDLCPU) return d.device_type == kDLCPU || d.device_type == kDLCUDAHost;
+  return d.device_type == kDLCUDA && d.device_id == ctx->ordinal;
 }
 
 kiln_status kiln_check_tensor(const kiln_context *ctx, const char *op, const char *arg, const DLTensor *t) {
   if (!t) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a DLTensor", op, arg);
-  DLDevice dev = t->device;
-  if (ctx->device_type == kDLCPU) {
-    if (dev.device_type != kDLCPU && dev.device_type != kDLCUDAHost)
+  char dv[48];
+  if (!kiln_device_usable(ctx, t->device)) {
+    if (ctx->device_type == kDLCPU)
       return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                       "%s: %s is on %s:%d but the context is the CPU's; use a CUDA context for GPU tensors",
-                       op, arg, device_name(dev.device_type), (int)dev.device_id);
-  } else if (dev.device_type != kDLCUDA || dev.device_id != ctx->ordinal) {
+                       "%s: %s is on %s but the context is the CPU's; use a CUDA context for GPU tensors", op, arg,
+                       kiln_device_str(t->device, dv));
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: %s is on %s:%d but the context is for kDLCUDA:%d; move the tensor to cuda:%d or use "
+                     "%s: %s is on %s but the context is for kDLCUDA:%d; move the tensor to cuda:%d or use "
                      "that device's context",
-                     op, arg, device_name(dev.device_type), (int)dev.device_id, ctx->ordinal, ctx->ordinal);
+                     op, arg, kiln_device_str(t->device, dv), ctx->ordinal, ctx->ordinal);
   }
   if (t->ndim < 0 || t->ndim > KILN_MAX_NDIM)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has ndim %d; expected 0..%d", op, arg, (int)t->ndim,

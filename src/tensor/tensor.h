@@ -27,6 +27,11 @@ size_t kiln_dtype_size(DLDataType t);
 const char *kiln_dtype_name(DLDataType t, char buf[48]);
 /* "[128, 32]" */
 const char *kiln_shape_str(const DLTensor *t, char *buf, size_t size);
+/* "kDLCUDA:0", "kDLVulkan:1", ... or "device type 42:0" for a type DLPack does not name. */
+const char *kiln_device_str(DLDevice d, char buf[48]);
+/* Memory the context's ops may use: host memory (kDLCPU, kDLCUDAHost) on the CPU's, its own
+ * GPU (kDLCUDA with its ordinal) on a CUDA context. */
+bool kiln_device_usable(const kiln_context *ctx, DLDevice d);
 
 /* The element stride of dimension d (compact row-major when strides == NULL). */
 int64_t kiln_tensor_stride(const DLTensor *t, int d);
