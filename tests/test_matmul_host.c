@@ -1204,6 +1204,22 @@ static void err_tile_n(void **state) {
   fx_free(&f);
 }
 
+/* tile_n with an algo outside the enum: the algo is the error reported (the tile_n check once
+ * came first and printed the algo as "unknown"). */
+static void err_tile_n_unknown_algo(void **state) {
+  (void)state;
+  fixture f;
+  fx_init(&f);
+  kiln_matmul_opts o = kiln_matmul_opts_default();
+  o.algo = (kiln_matmul_algo)42;
+  o.tile_n = 64;
+  assert_kiln_fails(kiln_matmul(f.ctx, &f.a.t, &f.b.t, &f.c.t, &o, NULL), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_matmul: opts->algo is 42; expected KILN_MATMUL_AUTO, _MMA_SYNC, _CP_ASYNC or _WGMMA");
+  assert_kiln_fails(fx_backward(&f, &f.a.t, &f.b.t, &f.dc.t, &f.da.t, &f.db.t, &o), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_matmul_backward: opts->algo is 42");
+  fx_free(&f);
+}
+
 /* Backward-only argument errors: no gradient asked, the size query's bytes. */
 static void err_backward_args(void **state) {
   (void)state;
@@ -1298,6 +1314,42 @@ static void err_backward_workspace(void **state) {
   tm_free(&db16);
   tm_free(&dc16);
   free(ws);
+  fx_free(&f);
+}
+
+/* The workspace is written (dc converted to A's dtype here): it must share no byte with any
+ * argument, inputs included; the message names the argument. */
+static void err_backward_workspace_overlap(void **state) {
+  (void)state;
+  fixture f;
+  fx_init(&f);
+  size_t need = 0;
+  assert_kiln_ok(kiln_matmul_backward_workspace_size(f.ctx, &f.a.t, &f.b.t, &f.dc.t, &f.da.t, &f.db.t, &need));
+  assert_true(need > 0 && need % 4 == 0);
+  const size_t arena_bytes = round_up256(need) + 33 * 17 * 4 + 256;
+  unsigned char *arena = aligned_alloc(256, round_up256(arena_bytes));
+  assert_non_null(arena);
+  memset(arena, 0, arena_bytes);
+  /* each argument in turn placed at the workspace's start */
+  DLTensor a = dl_make(arena, TEST_F16, 2, f.a.shape, NULL), b = dl_make(arena, TEST_F16, 2, f.b.shape, NULL);
+  DLTensor dc = dl_make(arena, TEST_F32, 2, f.dc.shape, NULL), da = dl_make(arena, TEST_F16, 2, f.da.shape, NULL);
+  assert_kiln_fails(kiln_matmul_backward(f.ctx, &a, &f.b.t, &f.dc.t, &f.da.t, &f.db.t, arena, need, NULL, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul_backward: workspace overlaps a in memory",
+                    "the workspace must be a separate buffer");
+  assert_kiln_fails(kiln_matmul_backward(f.ctx, &f.a.t, &b, &f.dc.t, &f.da.t, &f.db.t, arena, need, NULL, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul_backward: workspace overlaps b in memory");
+  assert_kiln_fails(kiln_matmul_backward(f.ctx, &f.a.t, &f.b.t, &dc, &f.da.t, &f.db.t, arena, need, NULL, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul_backward: workspace overlaps dc in memory");
+  assert_kiln_fails(kiln_matmul_backward(f.ctx, &f.a.t, &f.b.t, &f.dc.t, &da, &f.db.t, arena, need, NULL, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul_backward: workspace overlaps da in memory");
+  /* db sharing only the workspace's last 4 bytes; then starting just past it: fine */
+  DLTensor db = dl_make(arena + need - 4, TEST_F32, 2, f.db.shape, NULL);
+  assert_kiln_fails(kiln_matmul_backward(f.ctx, &f.a.t, &f.b.t, &f.dc.t, &f.da.t, &db, arena, need, NULL, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul_backward: workspace overlaps db in memory");
+  for (int64_t i = 0; i < f.da.total; i++) assert_true(isnan(test_load(f.da.buf, f.da.dt, i))); /* untouched */
+  db.data = arena + need;
+  assert_kiln_ok(kiln_matmul_backward(f.ctx, &f.a.t, &f.b.t, &f.dc.t, &f.da.t, &db, arena, need, NULL, NULL));
+  free(arena);
   fx_free(&f);
 }
 
@@ -1507,8 +1559,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(err_output_batch_stride),
       cmocka_unit_test(err_algo),
       cmocka_unit_test(err_tile_n),
+      cmocka_unit_test(err_tile_n_unknown_algo),
       cmocka_unit_test(err_backward_args),
       cmocka_unit_test(err_backward_workspace),
+      cmocka_unit_test(err_backward_workspace_overlap),
       cmocka_unit_test(err_null_data),
       cmocka_unit_test(err_huge_dim),
       cmocka_unit_test(err_span_overflow),

@@ -27,11 +27,15 @@ static const char *algo_name(kiln_matmul_algo a) {
   case KILN_MATMUL_CP_ASYNC: return "CP_ASYNC";
   case KILN_MATMUL_WGMMA: return "WGMMA";
   }
-  return "unknown";
+  return NULL;
 }
 
-/* Checks the options against the context before any work; AUTO always passes. */
+/* Checks the options against the context before any work; AUTO always passes. The algo comes
+ * first, so that every later message can name it. */
 static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matmul_algo algo, int tile_n) {
+  if (!algo_name(algo))
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: opts->algo is %d; expected KILN_MATMUL_AUTO, _MMA_SYNC, _CP_ASYNC or _WGMMA", op, (int)algo);
   if (tile_n != 0 && tile_n != 64 && tile_n != 128 && tile_n != 256)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
                      "%s: opts->tile_n is %d; expected 0 (chosen per shape), 64, 128 or 256", op, tile_n);
@@ -41,9 +45,6 @@ static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matm
                      "KILN_MATMUL_WGMMA or tile_n 0",
                      op, tile_n, algo_name(algo));
   if (algo == KILN_MATMUL_AUTO) return KILN_OK;
-  if (algo != KILN_MATMUL_MMA_SYNC && algo != KILN_MATMUL_CP_ASYNC && algo != KILN_MATMUL_WGMMA)
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: opts->algo is %d; expected KILN_MATMUL_AUTO, _MMA_SYNC, _CP_ASYNC or _WGMMA", op, (int)algo);
   if (ctx->device_type == kDLCPU)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
                      "%s: algo %s needs a CUDA device but the context is the CPU's; use KILN_MATMUL_AUTO for CPU "
