@@ -1218,6 +1218,34 @@ static void err_dtypes(void **state) {
   fx_free(&f);
 }
 
+/* With f32 inputs a gradient must be f32: the message offers no second dtype (with f16/bf16
+ * inputs it offers "float32 or" the inputs' dtype, err_dtypes). */
+static void err_grad_dtype_f32_inputs(void **state) {
+  (void)state;
+  fixture f;
+  fx_init(&f);
+  atens q, k, v, dout, g16, gbf;
+  at_compact(&q, TEST_F32, 4, 1, 2, 5, 8);
+  at_compact(&k, TEST_F32, 4, 1, 1, 7, 8);
+  at_compact(&v, TEST_F32, 4, 1, 1, 7, 8);
+  at_compact(&dout, TEST_F32, 4, 1, 2, 5, 8);
+  at_compact(&g16, TEST_F16, 4, 1, 2, 5, 8);
+  at_compact(&gbf, TEST_BF16, 4, 1, 1, 7, 8);
+  at_fill(&q), at_fill(&k), at_fill(&v), at_fill(&dout);
+  assert_kiln_fails(fx_bwd(&f, &q.t, &k.t, &v.t, FO, FL, &dout.t, &g16.t, NULL, NULL, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_attention_backward: dq has dtype float16; expected float32 (the inputs' dtype)");
+  assert_kiln_fails(fx_bwd(&f, &q.t, &k.t, &v.t, FO, FL, &dout.t, NULL, &gbf.t, NULL, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_attention_backward: dk has dtype bfloat16; expected float32 (the inputs' dtype)");
+  assert_kiln_fails(fx_size(&f, &q.t, &k.t, &v.t, FO, FL, &dout.t, NULL, NULL, &gbf.t, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_attention_backward_workspace_size: dv has dtype bfloat16; expected float32 (the inputs' "
+                    "dtype)");
+  at_free(&q), at_free(&k), at_free(&v), at_free(&dout), at_free(&g16), at_free(&gbf);
+  fx_free(&f);
+}
+
 static void err_rank(void **state) {
   (void)state;
   fixture f;
@@ -1721,6 +1749,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(err_null_args),
       cmocka_unit_test(err_device),
       cmocka_unit_test(err_dtypes),
+      cmocka_unit_test(err_grad_dtype_f32_inputs),
       cmocka_unit_test(err_rank),
       cmocka_unit_test(err_shapes),
       cmocka_unit_test(err_head_dims),

@@ -689,6 +689,49 @@ static void err_scale_vectors(void **state) {
   fx_free(&f);
 }
 
+/* A scale vector whose stride spans more than the address space (checked before any read: an
+ * access through the dummy pointers would crash), or that wraps past its end. */
+static void err_scale_vector_span(void **state) {
+  (void)state;
+  fixture f;
+  fx_init(&f);
+  static float v[64];
+  void *dummy = (void *)(uintptr_t)0x10000; /* never mapped */
+  int64_t s7[1] = {7}, s17[1] = {17}, huge[1] = {INT64_MAX / 2}, wide[1] = {100};
+  kiln_matmul_int8_opts o = kiln_matmul_int8_opts_default();
+  DLTensor r = dl(dummy, TEST_F32, 1, s7, huge);
+  o.row_scale = &r;
+  assert_kiln_fails(MM(&f.a.t, &f.b.t, &f.c.t, &o), E_INV,
+                    "kiln_matmul_int8: opts->row_scale (shape [7], stride 4611686018427387903) spans more bytes than "
+                    "a 64-bit address holds");
+  r = dl(v, TEST_F32, 1, s7, NULL);
+  DLTensor cl = dl((void *)(UINTPTR_MAX - 255), TEST_F32, 1, s17, wide);
+  o.col_scale = &cl;
+  assert_kiln_fails(MM(&f.a.t, &f.b.t, &f.c.t, &o), E_INV,
+                    "kiln_matmul_int8: opts->col_scale (shape [17], stride 100) spans more bytes");
+  /* spans that wrap to a few bytes in 64 bits: 16 * 2^60 elements (wraps to 0), and
+   * (16 * 2^58 + 1) elements of 4 bytes (wraps to 4) */
+  int64_t w60[1] = {(int64_t)1 << 60}, w58[1] = {(int64_t)1 << 58};
+  cl = dl(dummy, TEST_F32, 1, s17, w60);
+  assert_kiln_fails(MM(&f.a.t, &f.b.t, &f.c.t, &o), E_INV,
+                    "kiln_matmul_int8: opts->col_scale (shape [17], stride 1152921504606846976) spans more bytes");
+  cl = dl(dummy, TEST_F32, 1, s17, w58);
+  assert_kiln_fails(MM(&f.a.t, &f.b.t, &f.c.t, &o), E_INV,
+                    "kiln_matmul_int8: opts->col_scale (shape [17], stride 288230376151711744) spans more bytes");
+  fx_untouched(&f);
+  /* kiln_quantize_int8's scales go through the same check */
+  static float w[7 * 5];
+  static int8_t q[7 * 5];
+  int64_t sw[2] = {7, 5}, s5[1] = {5}, big[1] = {INT64_MAX / 4}, w62[1] = {(int64_t)1 << 62};
+  DLTensor wt = dl(w, TEST_F32, 2, sw, NULL), qt = dl(q, T_I8, 2, sw, NULL), st = dl(dummy, TEST_F32, 1, s5, big);
+  assert_kiln_fails(kiln_quantize_int8(f.ctx, &wt, &qt, &st, 1, NULL), E_INV,
+                    "kiln_quantize_int8: scales (shape [5], stride 2305843009213693951) spans more bytes");
+  st = dl(dummy, TEST_F32, 1, s5, w62); /* 4 * 2^62 wraps to 0 */
+  assert_kiln_fails(kiln_quantize_int8(f.ctx, &wt, &qt, &st, 1, NULL), E_INV,
+                    "kiln_quantize_int8: scales (shape [5], stride 4611686018427387904) spans more bytes");
+  fx_free(&f);
+}
+
 static void err_overlap(void **state) {
   (void)state;
   fixture f;
@@ -774,6 +817,41 @@ static void err_quantize(void **state) {
   kiln_context_destroy(ctx);
 }
 
+/* kiln_quantize_int8's w and q layouts: sizes >= 1 and a byte span within the address space
+ * (checked before any read: the dummy pointers would crash). */
+static void err_quantize_layout(void **state) {
+  (void)state;
+  kiln_context *ctx = cpu_ctx();
+  static float w[7 * 5], scales[5];
+  static int8_t q[7 * 5];
+  void *dummy = (void *)(uintptr_t)0x10000; /* never mapped */
+  int64_t sw[2] = {7, 5}, s05[2] = {0, 5}, s70[2] = {7, 0}, s5[1] = {5};
+  DLTensor wt = dl(w, TEST_F32, 2, sw, NULL), qt = dl(q, T_I8, 2, sw, NULL), st = dl(scales, TEST_F32, 1, s5, NULL);
+  /* a w with an empty dimension */
+  DLTensor bad = dl(w, TEST_F32, 2, s05, NULL);
+  assert_kiln_fails(kiln_quantize_int8(ctx, &bad, &qt, &st, 1, NULL), E_INV,
+                    "kiln_quantize_int8: w has shape [0, 5]; every dimension must be >= 1");
+  bad = dl(w, TEST_F32, 2, s70, NULL);
+  assert_kiln_fails(kiln_quantize_int8(ctx, &bad, &qt, &st, 1, NULL), E_INV, "w has shape [7, 0]",
+                    "every dimension must be >= 1");
+  int64_t huge_rows[2] = {INT64_MAX / 2, 1}, huge_cols[2] = {1, INT64_MAX / 2}, wide[2] = {100, 1};
+  bad = dl(dummy, TEST_F32, 2, sw, huge_rows);
+  assert_kiln_fails(kiln_quantize_int8(ctx, &bad, &qt, &st, 1, NULL), E_INV,
+                    "kiln_quantize_int8: w (shape [7, 5]) spans more bytes than a 64-bit address holds");
+  /* a row stride whose product with rows - 1 wraps to 0 in 64 bits: 4 * 2^62 */
+  int64_t s55[2] = {5, 5}, wrap_rows[2] = {(int64_t)1 << 62, 1};
+  bad = dl(dummy, TEST_F32, 2, s55, wrap_rows);
+  assert_kiln_fails(kiln_quantize_int8(ctx, &bad, &qt, &st, 1, NULL), E_INV,
+                    "kiln_quantize_int8: w (shape [5, 5]) spans more bytes");
+  bad = dl((void *)(UINTPTR_MAX - 255), TEST_F32, 2, sw, wide); /* wraps past the end */
+  assert_kiln_fails(kiln_quantize_int8(ctx, &bad, &qt, &st, 1, NULL), E_INV, "w (shape [7, 5]) spans more bytes");
+  bad = dl(dummy, T_I8, 2, sw, huge_cols);
+  assert_kiln_fails(kiln_quantize_int8(ctx, &wt, &bad, &st, 1, NULL), E_INV,
+                    "kiln_quantize_int8: q (shape [7, 5]) spans more bytes than a 64-bit address holds");
+  assert_kiln_ok(kiln_quantize_int8(ctx, &wt, &qt, &st, 1, NULL));
+  kiln_context_destroy(ctx);
+}
+
 int main(int argc, char **argv) {
   test_apply_filter(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -794,8 +872,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(err_k_bound),
       cmocka_unit_test(err_scale_and_algo),
       cmocka_unit_test(err_scale_vectors),
+      cmocka_unit_test(err_scale_vector_span),
       cmocka_unit_test(err_overlap),
       cmocka_unit_test(err_quantize),
+      cmocka_unit_test(err_quantize_layout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

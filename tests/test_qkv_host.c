@@ -369,6 +369,56 @@ static void err_int8_args(void **state) {
   fx_free(&f);
 }
 
+/* A per-column scale whose stride spans more than the address space, or wraps past its end:
+ * refused before any read (an access through the dummy pointer would crash). */
+static void err_int8_scale_span(void **state) {
+  (void)state;
+  fixture f;
+  fx_init(&f);
+  void *dummy = (void *)(uintptr_t)0x10000; /* never mapped */
+  int64_t s8[1] = {8}, huge[1] = {INT64_MAX / 2}, over[1] = {(int64_t)1 << 61}, wide[1] = {100};
+  DLTensor t = w16_dl(dummy, TEST_F32, 1, s8, huge);
+  assert_kiln_fails(I8(X, WQ, WK, WV, SQ, &t, SV, Q, K_, V, NULL), E_INV,
+                    "kiln_qkv_project_int8: k_scale (shape [8], stride 4611686018427387903) spans more bytes than a "
+                    "64-bit address holds");
+  /* 7 * 2^61 overflows int64 (and would wrap negative) */
+  t = w16_dl(dummy, TEST_F32, 1, s8, over);
+  assert_kiln_fails(I8(X, WQ, WK, WV, SQ, SK, &t, Q, K_, V, NULL), E_INV,
+                    "kiln_qkv_project_int8: v_scale (shape [8], stride 2305843009213693952) spans more bytes");
+  t = w16_dl((void *)(UINTPTR_MAX - 255), TEST_F32, 1, s8, wide);
+  assert_kiln_fails(I8(X, WQ, WK, WV, SQ, &t, SV, Q, K_, V, NULL), E_INV,
+                    "kiln_qkv_project_int8: k_scale (shape [8], stride 100) spans more bytes");
+  /* the workspace query checks the scales too */
+  size_t bytes = 123;
+  t = w16_dl(dummy, TEST_F32, 1, s8, huge);
+  assert_kiln_fails(kiln_qkv_project_int8_workspace_size(f.ctx, X, WQ, WK, WV, SQ, &t, SV, Q, K_, V, &bytes), E_INV,
+                    "kiln_qkv_project_int8_workspace_size: k_scale (shape [8], stride 4611686018427387903) spans");
+  fx_untouched(&f);
+  fx_free(&f);
+}
+
+/* The workspace queries check x first, like the ops (they do not go through the ops' head
+ * checks). */
+static void err_workspace_query_x(void **state) {
+  (void)state;
+  fixture f;
+  fx_init(&f);
+  size_t bytes = 123;
+  assert_kiln_fails(kiln_qkv_project_int8_workspace_size(f.ctx, NULL, WQ, WK, WV, SQ, SK, SV, Q, K_, V, &bytes), E_INV,
+                    "kiln_qkv_project_int8_workspace_size: x is NULL");
+  assert_kiln_fails(kiln_qkv_project_int4_workspace_size(f.ctx, NULL, W4Q, W4K, W4V, Q, K_, V, &bytes), E_INV,
+                    "kiln_qkv_project_int4_workspace_size: x is NULL");
+  DLTensor t = f.x.t;
+  t.dtype = TEST_F32;
+  assert_kiln_fails(kiln_qkv_project_int8_workspace_size(f.ctx, &t, WQ, WK, WV, SQ, SK, SV, Q, K_, V, &bytes), E_INV,
+                    "kiln_qkv_project_int8_workspace_size: x has dtype float32", "expected float16 or bfloat16");
+  int64_t s3[3] = {1, 7, 64};
+  t = w16_dl(f.x.buf, TEST_F16, 3, s3, NULL);
+  assert_kiln_fails(kiln_qkv_project_int4_workspace_size(f.ctx, &t, W4Q, W4K, W4V, Q, K_, V, &bytes), E_INV,
+                    "kiln_qkv_project_int4_workspace_size: x has rank 3", "expected rank 2");
+  fx_free(&f);
+}
+
 static void err_int8_overlap(void **state) {
   (void)state;
   fixture f;
@@ -490,9 +540,11 @@ int main(int argc, char **argv) {
       cmocka_unit_test(int8_gqa),
       cmocka_unit_test(merged_output_slices),
       cmocka_unit_test(err_int8_args),
+      cmocka_unit_test(err_int8_scale_span),
       cmocka_unit_test(err_int8_overlap),
       cmocka_unit_test(err_int4_args),
       cmocka_unit_test(err_int4_overlap),
+      cmocka_unit_test(err_workspace_query_x),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

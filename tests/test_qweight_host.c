@@ -579,6 +579,75 @@ static void err_import(void **state) {
   kiln_context_destroy(ctx);
 }
 
+/* Missing source tensors each format needs: AWQ's qzeros (GPTQ's is in err_import) and the
+ * reference format's packed words (checked by its own layout rules). */
+static void err_import_null_sources(void **state) {
+  (void)state;
+  kiln_context *ctx = cpu_ctx();
+  const kiln_status IA = KILN_ERROR_INVALID_ARGUMENT;
+  source src;
+  source_make(&src, KILN_QFORMAT_AWQ, 128, 16, 32, false);
+  packed p;
+  pack(&p, &src, KILN_QFORMAT_AWQ, T_I32);
+  native b;
+  native_alloc(&b, 128, 16, 32, false);
+  assert_kiln_fails(kiln_qweight_import(ctx, KILN_QFORMAT_AWQ, test_dl(&p.tq), NULL, test_dl(&p.ts), NULL, &b.q, NULL),
+                    IA, "kiln_qweight_import: qzeros is NULL; KILN_QFORMAT_AWQ needs qzeros int32 [K/G, N/8]");
+  native r;
+  native_alloc(&r, 256, 8, 128, false);
+  uint16_t scales[2 * 8] = {0};
+  test_tensor ts = test_host_tensor(scales, TEST_F16, 2, (int64_t[]){2, 8});
+  assert_kiln_fails(kiln_qweight_import(ctx, KILN_QFORMAT_REFERENCE, NULL, NULL, test_dl(&ts), NULL, &r.q, NULL), IA,
+                    "kiln_qweight_import: qweight is NULL; pass a DLTensor");
+  assert_kiln_ok(kiln_qweight_import(ctx, KILN_QFORMAT_AWQ, test_dl(&p.tq), test_dl(&p.tz), test_dl(&p.ts), NULL, &b.q,
+                                     NULL));
+  native_free(&r);
+  native_free(&b);
+  packed_free(&p);
+  source_free(&src);
+  kiln_context_destroy(ctx);
+}
+
+/* Source tensors whose strides span more than the address space, or wrap past its end: refused
+ * before any read (the dummy pointers would crash). */
+static void err_import_spans(void **state) {
+  (void)state;
+  kiln_context *ctx = cpu_ctx();
+  const kiln_status IA = KILN_ERROR_INVALID_ARGUMENT;
+  const kiln_qformat V1 = KILN_QFORMAT_GPTQ_V1;
+  const int64_t K = 128, N = 16, G = 32;
+  source src;
+  source_make(&src, V1, K, N, G, false);
+  packed p;
+  pack(&p, &src, V1, T_I32);
+  native b;
+  native_alloc(&b, K, N, G, false);
+  void *dummy = (void *)(uintptr_t)0x10000; /* never mapped */
+  DLTensor *qw = test_dl(&p.tq), *qz = test_dl(&p.tz), *sc = test_dl(&p.ts), *gi = test_dl(&p.ti);
+  test_tensor t = p.tq;
+  t.t.data = dummy, t.strides[0] = INT64_MAX / 2;
+  assert_kiln_fails(kiln_qweight_import(ctx, V1, test_dl(&t), qz, sc, NULL, &b.q, NULL), IA,
+                    "kiln_qweight_import: qweight (shape [16, 16]) spans more bytes than a 64-bit address holds");
+  t.strides[0] = 0x1111111111111111; /* 15 rows of it: 2^64 - 1 elements, which would wrap to -1 */
+  assert_kiln_fails(kiln_qweight_import(ctx, V1, test_dl(&t), qz, sc, NULL, &b.q, NULL), IA,
+                    "kiln_qweight_import: qweight (shape [16, 16]) spans more bytes");
+  t = p.tz, t.t.data = dummy, t.strides[1] = INT64_MAX / 2;
+  assert_kiln_fails(kiln_qweight_import(ctx, V1, qw, test_dl(&t), sc, NULL, &b.q, NULL), IA,
+                    "kiln_qweight_import: qzeros (shape [4, 2]) spans more bytes");
+  t = p.ts, t.t.data = (void *)(UINTPTR_MAX - 63); /* compact (128 bytes), but wraps past the end */
+  assert_kiln_fails(kiln_qweight_import(ctx, V1, qw, qz, test_dl(&t), NULL, &b.q, NULL), IA,
+                    "kiln_qweight_import: scales (shape [4, 16]) spans more bytes");
+  /* rank 1: g_idx */
+  t = p.ti, t.t.data = dummy, t.strides[0] = INT64_MAX / 4;
+  assert_kiln_fails(kiln_qweight_import(ctx, V1, qw, qz, sc, test_dl(&t), &b.q, NULL), IA,
+                    "kiln_qweight_import: g_idx (shape [128]) spans more bytes");
+  assert_kiln_ok(kiln_qweight_import(ctx, V1, qw, qz, sc, gi, &b.q, NULL));
+  native_free(&b);
+  packed_free(&p);
+  source_free(&src);
+  kiln_context_destroy(ctx);
+}
+
 static void err_import_reference(void **state) {
   (void)state;
   kiln_context *ctx = cpu_ctx();
@@ -644,6 +713,44 @@ static void err_quantize(void **state) {
   kiln_context_destroy(ctx);
 }
 
+/* A w (any non-negative strides are read) whose span exceeds the address space or wraps past
+ * its end: refused before any read (the dummy pointer would crash). */
+static void err_quantize_span(void **state) {
+  (void)state;
+  kiln_context *ctx = cpu_ctx();
+  const kiln_status IA = KILN_ERROR_INVALID_ARGUMENT;
+  native b;
+  native_alloc(&b, 64, 8, 32, false);
+  test_tensor tw = test_host_tensor((void *)(uintptr_t)0x10000, TEST_F32, 2, (int64_t[]){64, 8});
+  tw.strides[0] = INT64_MAX / 2;
+  assert_kiln_fails(kiln_qweight_quantize(ctx, test_dl(&tw), 1, &b.q, NULL), IA,
+                    "kiln_qweight_quantize: w (shape [64, 8]) spans more bytes than a 64-bit address holds");
+  tw.strides[0] = 1, tw.strides[1] = INT64_MAX / 4;
+  assert_kiln_fails(kiln_qweight_quantize(ctx, test_dl(&tw), 0, &b.q, NULL), IA, "w (shape [64, 8]) spans more bytes");
+  tw = test_host_tensor((void *)(UINTPTR_MAX - 255), TEST_F16, 2, (int64_t[]){64, 8});
+  assert_kiln_fails(kiln_qweight_quantize(ctx, test_dl(&tw), 1, &b.q, NULL), IA, "w (shape [64, 8]) spans more bytes");
+  native_free(&b);
+  kiln_context_destroy(ctx);
+}
+
+/* The dequantized output is a matrix view: row- or column-major only. */
+static void err_dequantize_strides(void **state) {
+  (void)state;
+  kiln_context *ctx = cpu_ctx();
+  native b;
+  native_alloc(&b, 64, 8, 32, false);
+  memset(b.q.zeros, 8, 16);
+  static float w[64 * 16];
+  test_tensor tw = test_host_tensor(w, TEST_F32, 2, (int64_t[]){64, 8});
+  tw.strides[0] = 16, tw.strides[1] = 2;
+  assert_kiln_fails(kiln_qweight_dequantize(ctx, &b.q, test_dl(&tw), NULL), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_qweight_dequantize: w has shape [64, 8] with strides (16, 2)", "row-major", "column-major");
+  tw.strides[0] = 1, tw.strides[1] = 64; /* column-major: fine */
+  assert_kiln_ok(kiln_qweight_dequantize(ctx, &b.q, test_dl(&tw), NULL));
+  native_free(&b);
+  kiln_context_destroy(ctx);
+}
+
 int main(int argc, char **argv) {
   test_apply_filter(argc, argv);
   const struct CMUnitTest tests[] = {
@@ -660,9 +767,13 @@ int main(int argc, char **argv) {
       cmocka_unit_test(quantize_roundtrip),
       cmocka_unit_test(quantize_transposed_view),
       cmocka_unit_test(err_dequantize),
+      cmocka_unit_test(err_dequantize_strides),
       cmocka_unit_test(err_import),
+      cmocka_unit_test(err_import_null_sources),
+      cmocka_unit_test(err_import_spans),
       cmocka_unit_test(err_import_reference),
       cmocka_unit_test(err_quantize),
+      cmocka_unit_test(err_quantize_span),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
