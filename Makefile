@@ -61,7 +61,7 @@ fuzz: deps
 	for t in $(BUILD)-fuzz/fuzz_*; do \
 	  name=$$(basename $$t); mkdir -p $(BUILD)-fuzz/new-$$name; \
 	  echo "kiln: fuzzing $$name for $(FUZZ_SECONDS) s"; \
-	  (cd $(BUILD)-fuzz && ./$$name -max_total_time=$(FUZZ_SECONDS) -max_len=256 -print_final_stats=1 \
+	  (cd $(BUILD)-fuzz && ./$$name -max_total_time=$(FUZZ_SECONDS) -max_len=512 -print_final_stats=1 \
 	    new-$$name $(CURDIR)/tests/fuzz/corpus/$${name#fuzz_} >$$name.log 2>&1); rc=$$?; \
 	  grep -E "ERROR|runtime error|SUMMARY|Done|stat::number_of_executed_units" $(BUILD)-fuzz/$$name.log | head -8; \
 	  if [ $$rc -ne 0 ]; then echo "kiln: $$name FAILED (see $(BUILD)-fuzz/$$name.log)"; exit 1; fi; \

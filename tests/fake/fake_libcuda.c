@@ -28,6 +28,7 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +72,13 @@ static const char *mode(void) {
   return m ? m : "";
 }
 static int is_mode(const char *m) { return strcmp(mode(), m) == 0; }
+/* An H200's 132 SMs, or FAKE_CUDA_SMS of them (e.g. 16, a MIG slice's, where kiln's per-shape
+ * choices that count tiles against SMs flip at small sizes). */
+static int sm_count(void) {
+  const char *s = getenv("FAKE_CUDA_SMS");
+  const int n = s ? atoi(s) : 0;
+  return n > 0 ? n : 132;
+}
 
 /* ---- the device ---------------------------------------------------------------------------- */
 #define FAKE_NAME "Fake H200 (tests/fake/fake_libcuda.c)"
@@ -92,9 +100,10 @@ typedef struct allocation {
   struct allocation *next;
   uintptr_t ptr;
   size_t bytes;
+  int id; /* 1, 2, ... in the order of allocation: the same in every run of a program */
 } allocation;
 static allocation *allocations;
-static int live_allocations;
+static int live_allocations, allocations_made;
 static size_t live_bytes;
 
 /* Libraries, streams and events are handles from a counter (never reused, so a destroyed one
@@ -174,6 +183,21 @@ static const allocation *find_allocation(uintptr_t p) {
   return NULL;
 }
 
+/* FAKE_CUDA_TRACE: "1" prints each refused TMA descriptor with its reason to stderr; "all" also
+ * every descriptor made and every launch, with addresses as offsets into their allocation, so two
+ * runs of one program can be compared (a host refactor that must not change what kiln sends). */
+static int trace_level(void) {
+  const char *t = getenv("FAKE_CUDA_TRACE");
+  return !t ? 0 : strcmp(t, "all") ? 1 : 2;
+}
+static void trace_address(const char *what, uintptr_t p) {
+  const allocation *a = find_allocation(p);
+  if (a)
+    fprintf(stderr, "%s allocation %d + %llu", what, a->id, (unsigned long long)(p - a->ptr));
+  else
+    fprintf(stderr, "%s host memory", what);
+}
+
 #define LOCKED(expr)              \
   do {                            \
     pthread_mutex_lock(&lock);    \
@@ -230,7 +254,7 @@ static CUresult fake_device_attribute(int *value, int attrib, int dev) {
   CUresult r = need_device(dev);
   if (r != OK) return r;
   switch (attrib) {
-  case 16: *value = 132; break;             /* MULTIPROCESSOR_COUNT */
+  case 16: *value = sm_count(); break;      /* MULTIPROCESSOR_COUNT */
   case 38: *value = 50 << 20; break;        /* L2_CACHE_SIZE */
   case 41: *value = 1; break;               /* UNIFIED_ADDRESSING */
   case 75: *value = 9; break;               /* COMPUTE_CAPABILITY_MAJOR */
@@ -346,9 +370,12 @@ static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
   if (is_mode("launchfail")) return E_INVALID_HANDLE;
   if (handle_find(libraries, (uintptr_t)fn) < 0) return E_INVALID_HANDLE;
   if ((r = check_stream_here(stream)) != OK) return r;
-  if (!gx || !gy || !gz || gy > 65535 || gz > 65535 || !bx || !by || !bz || (uint64_t)bx * by * bz > 1024 ||
-      smem > FAKE_SMEM_OPTIN || (!params && !extra))
+  if (!gx || !gy || !gz || gx > 0x7FFFFFFFu || gy > 65535 || gz > 65535 || !bx || !by || !bz ||
+      (uint64_t)bx * by * bz > 1024 || smem > FAKE_SMEM_OPTIN || (!params && !extra))
     return E_INVALID_VALUE;
+  if (trace_level() == 2)
+    fprintf(stderr, "fake_libcuda: launch of library %llu: grid %u x %u x %u, block %u x %u x %u, %u bytes of shared "
+            "memory\n", (unsigned long long)(uintptr_t)fn, gx, gy, gz, bx, by, bz, smem);
   launches[current_device()]++;
   return OK; /* the kernel "ran" */
 }
@@ -390,7 +417,7 @@ static CUresult mem_alloc(uint64_t *ptr, size_t bytes) {
     free(a);
     return E_OUT_OF_MEMORY;
   }
-  *a = (allocation){allocations, (uintptr_t)p, bytes};
+  *a = (allocation){allocations, (uintptr_t)p, bytes, ++allocations_made};
   allocations = a;
   live_allocations++;
   live_bytes += bytes;
@@ -428,7 +455,7 @@ static CUresult fake_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
 /* A device range must lie inside one allocation; other addresses are taken as host memory. */
 static CUresult check_range(uint64_t p, size_t bytes) {
   const allocation *a = find_allocation((uintptr_t)p);
-  return !a || (uintptr_t)p + bytes <= a->ptr + a->bytes ? OK : E_INVALID_VALUE;
+  return !a || bytes <= a->ptr + a->bytes - (uintptr_t)p ? OK : E_INVALID_VALUE;
 }
 static CUresult memcpy_async(uint64_t dst, uint64_t src, size_t bytes, void *stream) {
   CUresult r = need_context();
@@ -511,14 +538,53 @@ static CUresult occupancy_clusters(int *clusters, void *fn, const void *config) 
 static CUresult fake_occupancy_clusters(int *clusters, void *fn, const void *config) {
   LOCKED(occupancy_clusters(clusters, fn, config));
 }
-static CUresult tensor_map_encode(void *map, uint32_t rank, void *address, const uint64_t *dims,
-                                  const uint64_t *strides, const uint32_t *box, const uint32_t *element_strides) {
-  if (!map || rank < 1 || rank > 5 || !address || !dims || (rank > 1 && !strides) || !box || !element_strides)
-    return E_INVALID_VALUE;
-  for (uint32_t i = 0; i + 1 < rank; i++) /* TMA strides: non-zero multiples of 16 bytes below 2^40 */
-    if (strides[i] % 16 || strides[i] == 0 || strides[i] >= (1ull << 40)) return E_INVALID_VALUE;
-  for (uint32_t i = 0; i < rank; i++)
-    if (box[i] == 0 || box[i] > 256 || dims[i] == 0) return E_INVALID_VALUE;
+/* Bytes of an element of CUtensorMapDataType `dtype` (UINT8 .. TFLOAT32_FTZ), 0 for anything else. */
+static uint64_t tensor_map_elem(int dtype) {
+  static const uint8_t bytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+  return dtype >= 0 && dtype < (int)sizeof bytes ? bytes[dtype] : 0;
+}
+/* The driver's documented requirements of cuTensorMapEncodeTiled (interleave NONE, which is all
+ * kiln uses), and one more that only kiln's contract makes checkable: a map over device memory
+ * must address nothing past the end of its allocation (TMA clips a box at the map's extents, so a
+ * map inside the buffer keeps every copy inside it; a map past it reads or writes memory the
+ * kernel does not own). FAKE_CUDA_TRACE prints refusals with their reason (trace_level). */
+static CUresult tensor_map_encode(void *map, int dtype, uint32_t rank, void *address, const uint64_t *dims,
+                                  const uint64_t *strides, const uint32_t *box, const uint32_t *element_strides,
+                                  int interleave, int swizzle) {
+  const char *why = NULL;
+  const uint64_t elem = tensor_map_elem(dtype);
+  uint64_t span = 0, term;
+  if (!map || (uintptr_t)map % 64 || !elem || rank < 1 || rank > 5 || !address || !dims || (rank > 1 && !strides) ||
+      !box || !element_strides || interleave != 0 || swizzle < 0 || swizzle > 3)
+    why = "an argument out of range";
+  else if ((uintptr_t)address % 16)
+    why = "the address is not 16-byte aligned";
+  for (uint32_t i = 0; !why && i + 1 < rank; i++) /* TMA strides: non-zero multiples of 16 bytes below 2^40 */
+    if (strides[i] % 16 || strides[i] == 0 || strides[i] >= (1ull << 40)) why = "a stride";
+  for (uint32_t i = 0; !why && i < rank; i++)
+    if (box[i] == 0 || box[i] > 256 || dims[i] == 0 || dims[i] > (1ull << 32) || element_strides[i] == 0 ||
+        element_strides[i] > 8)
+      why = "a dimension, box or element stride";
+  /* the inner box row: whole 16-byte units, and within the swizzle span (32, 64, 128 bytes) */
+  if (!why && ((box[0] * elem) % 16 || (swizzle && box[0] * elem > (16ull << swizzle))))
+    why = "the inner box row's bytes";
+  if (!why) {
+    span = dims[0] * elem; /* bytes from address to the last one addressed, saturating */
+    for (uint32_t i = 1; i < rank; i++)
+      if (__builtin_mul_overflow(dims[i] - 1, strides[i - 1], &term) || __builtin_add_overflow(span, term, &span))
+        span = UINT64_MAX >> 1;
+    if (check_range((uint64_t)(uintptr_t)address, span) != OK) why = "it reaches past the end of its allocation";
+  }
+  if (trace_level() == 2 || (why && trace_level())) {
+    fprintf(stderr, "fake_libcuda: cuTensorMapEncodeTiled %s%s (dtype %d, rank %u, swizzle %d, span %llu,",
+            why ? "refused: " : "", why ? why : "made", dtype, rank, swizzle, (unsigned long long)span);
+    trace_address(" at", (uintptr_t)address);
+    for (uint32_t i = 0; dims && box && i < rank && i < 5; i++)
+      fprintf(stderr, "; dim %llu box %u stride %llu", (unsigned long long)dims[i], box[i],
+              (unsigned long long)(i && strides ? strides[i - 1] : elem));
+    fprintf(stderr, ")\n");
+  }
+  if (why) return E_INVALID_VALUE;
   memset(map, 0, 128);
   memcpy(map, &address, sizeof address);
   tensor_maps++;
@@ -527,8 +593,8 @@ static CUresult tensor_map_encode(void *map, uint32_t rank, void *address, const
 static CUresult fake_tensor_map_encode(void *map, int dtype, uint32_t rank, void *address, const uint64_t *dims,
                                        const uint64_t *strides, const uint32_t *box, const uint32_t *element_strides,
                                        int interleave, int swizzle, int l2, int oob) {
-  (void)dtype, (void)interleave, (void)swizzle, (void)l2, (void)oob;
-  LOCKED(tensor_map_encode(map, rank, address, dims, strides, box, element_strides));
+  (void)l2, (void)oob;
+  LOCKED(tensor_map_encode(map, dtype, rank, address, dims, strides, box, element_strides, interleave, swizzle));
 }
 
 /* ---- cuGetProcAddress ---------------------------------------------------------------------- */

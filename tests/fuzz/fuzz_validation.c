@@ -13,15 +13,58 @@
  * run only when every accepted tensor's extent, computed here independently of kiln, lies inside
  * the arena (a caller that lies about its memory is outside kiln's contract) and the product is
  * small enough to keep the fuzzer fast. AddressSanitizer checks the rest.
+ *
+ * Each input runs three times: on a CPU context, then on the sm_90 device of the fake driver
+ * (tests/fake/fake_libcuda.c, loaded through KILN_LIBCUDA) as an H200 with 132 SMs and as a
+ * 16-SM MIG slice, where the same descriptors reach the GPU dispatch: validation, kernel choice,
+ * TMA descriptors and launch shapes. There the arenas are device allocations, CPU tensors become
+ * tensors on device 0 (and those on device 0 CPU tensors), and the fake refuses what a driver
+ * would: a TMA descriptor breaking the driver's rules or reaching past its allocation, a launch
+ * beyond the grid limits or the shared memory. kiln must have refused such input itself, so
+ * KILN_ERROR_CUDA there is a finding, as is KILN_ERROR_INTERNAL anywhere: the harness aborts
+ * with kiln's message. Nothing runs on the fake, so no kernel's reads or writes are checked.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kiln.h"
 
 #define ARENA_BYTES (1 << 20)
-static _Alignas(256) unsigned char arena[ARENA_BYTES];
+#define QARENA_BYTES (1 << 18)
+#define WORKSPACE_BYTES (1 << 16)
+#define SCRATCH_BYTES (1 << 16)
+
+/* One run of an input: its context and where its memory lives. `here` is the device type of the
+ * context's own tensors, `away` the other one (a weight's fuzzed "wrong device"). */
+typedef struct pass {
+  const char *name;
+  kiln_context *ctx;
+  DLDeviceType here, away;
+  unsigned char *arena, *qarena, *warena, *workspace, *scratch;
+} pass;
+static const pass *P;
+
+/* The CPU run computes, so an op runs there only when its work is below `limit`; on the fake GPU
+ * nothing runs and validation costs the same at any size, so the size of the arenas is the only
+ * bound (which lets the fuzzer reach what kiln decides by counting tiles against SMs). */
+static int cheap(int64_t work, int64_t limit) { return P->here != kDLCPU || work <= limit; }
+
+/* A status kiln must never return for this input (see the top of the file). With FUZZ_TRACE set
+ * in the environment every call's status and message is printed (to see how far a seed gets). */
+static void check(kiln_status st, const char *what) {
+  static int trace = -1;
+  if (trace < 0) trace = getenv("FUZZ_TRACE") != NULL;
+  if (trace)
+    fprintf(stderr, "%s: %s: %s %s\n", P->name, what, kiln_status_string(st), st ? kiln_last_error() : "");
+  if (st == KILN_ERROR_INTERNAL || (st == KILN_ERROR_CUDA && P->here == kDLCUDA)) {
+    fprintf(stderr, "fuzz_validation: %s on the %s context returned %s: %s\n", what, P->name,
+            kiln_status_string(st), kiln_last_error());
+    abort();
+  }
+}
+#define CHECK(call) check((call), #call)
 
 typedef struct reader {
   const uint8_t *p;
@@ -66,6 +109,10 @@ static void read_tensor(reader *r, fuzz_tensor *f) {
   f->t.dtype = dtypes[take(r, 1) % (sizeof dtypes / sizeof dtypes[0])];
   uint8_t dev = (uint8_t)take(r, 1);
   f->t.device = (DLDevice){dev % 7 == 0 ? kDLCUDA : dev % 11 == 0 ? kDLCUDAHost : kDLCPU, (int32_t)(dev >> 6)};
+  if (P->here == kDLCUDA) { /* the GPU run: CPU tensors on device 0, device 0's on the CPU */
+    if (f->t.device.device_type == kDLCPU) f->t.device = (DLDevice){kDLCUDA, 0};
+    else if (f->t.device.device_type == kDLCUDA && f->t.device.device_id == 0) f->t.device.device_type = kDLCPU;
+  }
   int nd = f->t.ndim < 0 ? 0 : f->t.ndim;
   for (int d = 0; d < nd; d++) f->shape[d] = pick_extent(r);
   int null_strides = (flags & 0x40) && !(flags & 0x20);
@@ -73,7 +120,7 @@ static void read_tensor(reader *r, fuzz_tensor *f) {
   f->t.shape = f->shape;
   f->t.strides = null_strides ? NULL : f->strides;
   uint32_t off = (uint32_t)take(r, 3) % ARENA_BYTES;
-  f->t.data = (flags & 0x10) && off < 64 ? NULL : arena + (off & ~(uint32_t)1);
+  f->t.data = (flags & 0x10) && off < 64 ? NULL : P->arena + (off & ~(uint32_t)1);
   f->t.byte_offset = take(r, 1) % 5 == 0 ? take(r, 2) : 0;
 }
 
@@ -90,7 +137,7 @@ static int extent_fits(const DLTensor *t) {
   }
   if (!t->data) return 0;
   uintptr_t lo = (uintptr_t)t->data + t->byte_offset, end = lo + (uintptr_t)((hi + 1) * bytes);
-  return lo >= (uintptr_t)arena && end <= (uintptr_t)arena + ARENA_BYTES;
+  return lo >= (uintptr_t)P->arena && end <= (uintptr_t)P->arena + ARENA_BYTES;
 }
 
 /* Element count, saturating at 2^40. */
@@ -100,8 +147,10 @@ static int64_t numel(const DLTensor *t) {
     if (__builtin_mul_overflow(n, t->shape[d] > 0 ? t->shape[d] : 0, &n) || n > (1ll << 40)) return 1ll << 40;
   return n;
 }
-
-static _Alignas(256) unsigned char workspace[1 << 16];
+/* ~ the multiply-adds of a product of a and b (tensors already inside an arena) */
+static int64_t pair_work(const DLTensor *a, const DLTensor *b) {
+  return numel(a) > (1 << 20) ? INT64_MAX : numel(a) * (numel(b) + 1);
+}
 
 /* kiln_attention and its backward on t[0..8] = q, k, v, o, lse, dout, dq, dk, dv. */
 static void fuzz_attention(kiln_context *ctx, reader *r, const DLTensor *const t[9]) {
@@ -113,14 +162,15 @@ static void fuzz_attention(kiln_context *ctx, reader *r, const DLTensor *const t
   o.scale = sc == 255 ? __builtin_nanf("") : sc == 254 ? -1.0f : (float)sc / 32.0f;
 
   size_t ws = 0;
-  kiln_attention_backward_workspace_size(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], &o, &ws);
+  CHECK(kiln_attention_backward_workspace_size(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], &o, &ws));
   for (int i = 0; i < 9; i++)
     if (t[i] && !extent_fits(t[i])) return;
   /* work ~ numel(q) · Sk · (D + Dv) <= numel(q) · numel(k) · 2: keep it under ~1M */
-  if (t[0] && t[1] && (numel(t[0]) > (1 << 20) || numel(t[0]) * (numel(t[1]) + 1) > (1 << 20))) return;
-  kiln_attention(ctx, t[0], t[1], t[2], t[3], t[4], &o, NULL);
-  if (ws <= sizeof workspace)
-    kiln_attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], workspace, ws, &o, NULL);
+  if (t[0] && t[1] && !cheap(pair_work(t[0], t[1]), 1 << 20)) return;
+  CHECK(kiln_attention(ctx, t[0], t[1], t[2], t[3], t[4], &o, NULL));
+  if (ws <= WORKSPACE_BYTES)
+    CHECK(kiln_attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], P->workspace, ws, &o,
+                                  NULL));
 }
 
 /* kiln_matmul_int8 on t[0..4] = a, b, c, row_scale, col_scale; kiln_quantize_int8 on w, q, scales. */
@@ -134,50 +184,50 @@ static void fuzz_int8(kiln_context *ctx, reader *r, const DLTensor *const t[9]) 
   o.col_scale = t[4];
   for (int i = 0; i < 5; i++)
     if (t[i] && !extent_fits(t[i])) return;
-  if (t[0] && t[1] && (numel(t[0]) > (1 << 20) || numel(t[0]) * (numel(t[1]) + 1) > (1 << 20))) return;
-  kiln_matmul_int8(ctx, t[0], t[1], t[2], &o, NULL);
-  kiln_quantize_int8(ctx, t[0], t[1], t[2], (a >> 3) % 3, NULL); /* per_column 2 is invalid */
+  if (t[0] && t[1] && !cheap(pair_work(t[0], t[1]), 1 << 20)) return;
+  CHECK(kiln_matmul_int8(ctx, t[0], t[1], t[2], &o, NULL));
+  CHECK(kiln_quantize_int8(ctx, t[0], t[1], t[2], (a >> 3) % 3, NULL)); /* per_column 2 is invalid */
 }
 
 /* kiln_qweight_*: qweight, qzeros, scales, g_idx = t[0..3], a float weight or output t[4]; the
  * native buffers of the fuzzed [k, n] / group are carved from their own arena when they fit. */
-static _Alignas(256) unsigned char qarena[1 << 18];
 static void fuzz_qweight(kiln_context *ctx, reader *r, const DLTensor *const t[9]) {
   const uint8_t fmt = (uint8_t)take(r, 1), flags = (uint8_t)take(r, 1);
   kiln_qweight qw;
   memset(&qw, 0, sizeof qw);
-  qw.device = (DLDevice){kDLCPU, 0};
+  qw.device = (DLDevice){P->here, 0};
   qw.k = (int64_t)(take(r, 2) % 1100) - 2;
   qw.n = (int64_t)(take(r, 1)) - 2;
   static const int64_t groups[] = {32, 64, 128, 0, 48, -1};
   qw.group = groups[flags % 6] == 0 ? qw.k : groups[flags % 6];
   size_t cb = 0, sb = 0, zb = 0, pb = 0;
   if (kiln_qweight_bytes(qw.k, qw.n, qw.group, &cb, &sb, &zb, &pb) != KILN_OK) {
-    qw.codes = (uint32_t *)qarena, qw.scales = (uint16_t *)qarena, qw.zeros = qarena; /* validation only */
+    qw.codes = (uint32_t *)P->qarena, qw.scales = (uint16_t *)P->qarena, qw.zeros = P->qarena; /* validation only */
   } else {
-    if (cb + sb + zb + pb + 4 * 256 > sizeof qarena) return;
+    if (cb + sb + zb + pb + 4 * 256 > QARENA_BYTES) return;
     size_t off = 0;
-    qw.codes = (uint32_t *)(qarena + off), off += (cb + 255) & ~(size_t)255;
-    qw.scales = (uint16_t *)(qarena + off), off += (sb + 255) & ~(size_t)255;
-    qw.zeros = qarena + off, off += (zb + 255) & ~(size_t)255;
-    qw.perm = (flags >> 3) & 1 ? (int32_t *)(qarena + off) : NULL;
+    qw.codes = (uint32_t *)(P->qarena + off), off += (cb + 255) & ~(size_t)255;
+    qw.scales = (uint16_t *)(P->qarena + off), off += (sb + 255) & ~(size_t)255;
+    qw.zeros = P->qarena + off, off += (zb + 255) & ~(size_t)255;
+    qw.perm = (flags >> 3) & 1 ? (int32_t *)(P->qarena + off) : NULL;
   }
   for (int i = 0; i < 5; i++)
     if (t[i] && !extent_fits(t[i])) return;
-  if (t[0] && numel(t[0]) > (1 << 16)) return;
-  kiln_qweight_import(ctx, (kiln_qformat)(fmt % 6), t[0], t[1], t[2], t[3], &qw, NULL);
-  kiln_qweight_dequantize(ctx, &qw, t[4], NULL);
-  kiln_qweight_quantize(ctx, t[4], (flags >> 4) & 1, &qw, NULL);
+  if (t[0] && !cheap(numel(t[0]), 1 << 16)) return;
+  CHECK(kiln_qweight_import(ctx, (kiln_qformat)(fmt % 6), t[0], t[1], t[2], t[3], &qw, NULL));
+  CHECK(kiln_qweight_dequantize(ctx, &qw, t[4], NULL));
+  CHECK(kiln_qweight_quantize(ctx, t[4], (flags >> 4) & 1, &qw, NULL));
 }
 
 /* A kiln_qweight of fuzzed k (x's K when flags say so), n and group, carved from warena at
  * *used when its buffers fit (else pointers for validation only); perm, when present, a valid
- * rotation or garbage, zeros sanitized to 0..16 or left as they are. */
-static _Alignas(256) unsigned char warena[1 << 18];
-static void make_w16_weight(reader *r, int64_t k_hint, size_t *used, kiln_qweight *qw) {
+ * rotation or garbage, zeros sanitized to 0..16 or left as they are. Returns 0 when the buffers
+ * of a valid layout did not fit: then only the size queries may see the weight (an op would
+ * read what its sizes promise, outside the contract as any buffer smaller than declared). */
+static int make_w16_weight(reader *r, int64_t k_hint, size_t *used, kiln_qweight *qw) {
   const uint8_t flags = (uint8_t)take(r, 1);
   memset(qw, 0, sizeof *qw);
-  qw->device = (DLDevice){flags % 13 == 12 ? kDLCUDA : kDLCPU, 0};
+  qw->device = (DLDevice){flags % 13 == 12 ? P->away : P->here, 0};
   qw->k = (flags & 1) ? k_hint : (int64_t)(take(r, 2) % 600) - 2;
   qw->n = (int64_t)take(r, 1) - 2;
   static const int64_t groups[] = {32, 64, 128, 0, 48, -1};
@@ -186,11 +236,11 @@ static void make_w16_weight(reader *r, int64_t k_hint, size_t *used, kiln_qweigh
   const size_t need = kiln_qweight_bytes(qw->k, qw->n, qw->group, &cb, &sb, &zb, &pb) == KILN_OK
                           ? ((cb + 255) & ~(size_t)255) + ((sb + 255) & ~(size_t)255) + ((zb + 255) & ~(size_t)255) + pb
                           : 0;
-  if (!need || *used + need > sizeof warena) {
-    qw->codes = (uint32_t *)warena, qw->scales = (uint16_t *)warena, qw->zeros = warena; /* validation only */
-    return;
+  if (!need || *used + need > QARENA_BYTES) {
+    qw->codes = (uint32_t *)P->warena, qw->scales = (uint16_t *)P->warena, qw->zeros = P->warena; /* validation only */
+    return !need;
   }
-  unsigned char *p = warena + *used;
+  unsigned char *p = P->warena + *used;
   qw->codes = (uint32_t *)p, p += (cb + 255) & ~(size_t)255;
   qw->scales = (uint16_t *)p, p += (sb + 255) & ~(size_t)255;
   qw->zeros = p, p += (zb + 255) & ~(size_t)255;
@@ -200,6 +250,7 @@ static void make_w16_weight(reader *r, int64_t k_hint, size_t *used, kiln_qweigh
     for (size_t i = 0; i < zb; i++) qw->zeros[i] %= 17;
   if (qw->perm && ((flags >> 6) & 1))
     for (int64_t i = 0; i < qw->k; i++) qw->perm[i] = (int32_t)((i + flags) % qw->k);
+  return 1;
 }
 
 /* kiln_matmul_int4 (x = t[0], y = t[2]) and kiln_qkv_project_int4 (x = t[0], q, k, v = t[1..3])
@@ -207,44 +258,47 @@ static void make_w16_weight(reader *r, int64_t k_hint, size_t *used, kiln_qweigh
  * outputs t[7], t[8] and one more descriptor read here. */
 static void fuzz_w16(kiln_context *ctx, reader *r, const DLTensor *const t[9], int qkv) {
   const uint8_t a = (uint8_t)take(r, 1);
-  const int algo = a % 7 == 6 ? 3 : a % 7 == 5 ? 1 : 0; /* mostly AUTO; DECODE is UNSUPPORTED here */
+  /* mostly AUTO; DECODE and PREFILL (GPU algorithms: UNSUPPORTED on the CPU); 3 is out of range */
+  const int algo = a % 7 == 6 ? 3 : a % 7 == 5 ? 1 : a % 7 == 4 ? 2 : 0;
   const int64_t k_hint = t[0] && t[0]->ndim == 2 && t[0]->shape ? t[0]->shape[1] : 0;
   size_t used = 0;
   kiln_qweight w[3];
-  for (int i = 0; i < (qkv ? 3 : 1); i++) make_w16_weight(r, k_hint, &used, &w[i]);
+  int real = 1; /* every weight's buffers hold what its sizes say */
+  for (int i = 0; i < (qkv ? 3 : 1); i++) real &= make_w16_weight(r, k_hint, &used, &w[i]);
   fuzz_tensor extra;
   read_tensor(r, &extra);
   for (int i = 0; i < 9; i++)
     if (t[i] && !extent_fits(t[i])) return;
   if (extra.present && !extent_fits(&extra.t)) return;
-  if (t[0] && numel(t[0]) > (1 << 12)) return; /* int4 work <= numel(x) · n · 3, n < 254 */
+  if (t[0] && !cheap(numel(t[0]), 1 << 12)) return; /* int4 work <= numel(x) · n · 3, n < 254 */
   /* PREFILL's workspace: the size query (the op's own checks), and a workspace in opts, which
    * the CPU path must ignore whatever it says (a scratch buffer, a size from the input) */
-  static unsigned char scratch[256];
   size_t ws = 0;
-  const size_t ws_bytes = (size_t)take(r, 2) << ((a >> 4) & 7);
+  size_t ws_bytes = (size_t)take(r, 2) << ((a >> 4) & 7);
+  /* on the GPU a workspace is used: say no more than there is (a lie is outside the contract) */
+  if (P->here == kDLCUDA && ws_bytes > SCRATCH_BYTES) ws_bytes = SCRATCH_BYTES;
   if (!qkv) {
-    kiln_matmul_int4_workspace_size(ctx, t[0], &w[0], t[2], (a >> 7) & 1 ? NULL : &ws);
+    CHECK(kiln_matmul_int4_workspace_size(ctx, t[0], &w[0], t[2], (a >> 7) & 1 ? NULL : &ws));
     kiln_matmul_int4_opts o = kiln_matmul_int4_opts_default();
     o.algo = (kiln_int4_algo)algo;
-    if ((a >> 6) & 1) o.workspace = scratch, o.workspace_bytes = ws_bytes;
-    kiln_matmul_int4(ctx, t[0], &w[0], t[2], (a >> 3) & 1 ? &o : NULL, NULL);
+    if ((a >> 6) & 1) o.workspace = P->scratch, o.workspace_bytes = ws_bytes;
+    if (real) CHECK(kiln_matmul_int4(ctx, t[0], &w[0], t[2], (a >> 3) & 1 ? &o : NULL, NULL));
     return;
   }
-  kiln_qkv_project_int4_workspace_size(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3], (a >> 7) & 1 ? NULL : &ws);
+  CHECK(kiln_qkv_project_int4_workspace_size(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3],
+                                             (a >> 7) & 1 ? NULL : &ws));
   kiln_qkv_opts o = kiln_qkv_opts_default();
   o.algo = (kiln_qkv_algo)algo;
-  if ((a >> 6) & 1) o.workspace = scratch, o.workspace_bytes = ws_bytes;
-  kiln_qkv_project_int4(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3], &o, NULL);
+  if ((a >> 6) & 1) o.workspace = P->scratch, o.workspace_bytes = ws_bytes;
+  if (real) CHECK(kiln_qkv_project_int4(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3], &o, NULL));
   for (int i = 1; i <= 3; i++) /* int8 work <= numel(x) · numel(w) */
-    if (t[0] && t[i] && numel(t[0]) * (numel(t[i]) + 1) > (1 << 20)) return;
-  kiln_qkv_project_int8(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], extra.present ? &extra.t : NULL,
-                        &o, NULL);
+    if (t[0] && t[i] && !cheap(pair_work(t[0], t[i]), 1 << 20)) return;
+  CHECK(kiln_qkv_project_int8(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8],
+                              extra.present ? &extra.t : NULL, &o, NULL));
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static kiln_context *ctx;
-  if (!ctx && kiln_context_create(kDLCPU, 0, &ctx) != KILN_OK) abort();
+static void run(const uint8_t *data, size_t size) {
+  kiln_context *ctx = P->ctx;
   reader r = {data, size};
   fuzz_tensor f[9];
   for (int i = 0; i < 5; i++) read_tensor(&r, &f[i]);
@@ -259,33 +313,81 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int i = 0; i < 9; i++) t[i] = f[i].present ? &f[i].t : NULL;
   if (family == 1) {
     fuzz_attention(ctx, &r, t);
-    return 0;
+    return;
   }
   if (family == 2) {
     fuzz_int8(ctx, &r, t);
-    return 0;
+    return;
   }
   if (family == 3) {
     fuzz_qweight(ctx, &r, t);
-    return 0;
+    return;
   }
   if (family >= 4) {
     fuzz_w16(ctx, &r, t, family == 5);
-    return 0;
+    return;
   }
 
   /* Validation only: no memory is touched, whatever the descriptors say. */
   size_t ws = 0;
-  kiln_matmul_backward_workspace_size(ctx, t[0], t[1], t[2], t[3], t[4], &ws);
+  CHECK(kiln_matmul_backward_workspace_size(ctx, t[0], t[1], t[2], t[3], t[4], &ws));
 
   int fits = 1;
   for (int i = 0; i < 5; i++) fits &= !t[i] || extent_fits(t[i]);
-  if (!fits) return 0;
+  if (!fits) return;
   /* Keep each call cheap: at most ~1M multiply-adds. */
-  if (t[0] && t[1] && (numel(t[0]) > (1 << 20) || numel(t[0]) * (numel(t[1]) + 1) > (1 << 20))) return 0;
-  kiln_matmul(ctx, t[0], t[1], t[2], &o, NULL);
-  kiln_cast(ctx, t[0], t[2], NULL);
-  kiln_tensor_copy(ctx, t[0], t[2], NULL);
-  if (ws <= sizeof workspace) kiln_matmul_backward(ctx, t[0], t[1], t[2], t[3], t[4], workspace, ws, &o, NULL);
+  if (t[0] && t[1] && !cheap(pair_work(t[0], t[1]), 1 << 20)) return;
+  CHECK(kiln_matmul(ctx, t[0], t[1], t[2], &o, NULL));
+  CHECK(kiln_cast(ctx, t[0], t[2], NULL));
+  CHECK(kiln_tensor_copy(ctx, t[0], t[2], NULL));
+  if (ws <= WORKSPACE_BYTES)
+    CHECK(kiln_matmul_backward(ctx, t[0], t[1], t[2], t[3], t[4], P->workspace, ws, &o, NULL));
+}
+
+/* The CPU run's memory is static; the fake GPU's is allocated once through kiln. */
+static _Alignas(256) unsigned char arena[ARENA_BYTES], qarena[QARENA_BYTES], warena[QARENA_BYTES],
+    workspace[WORKSPACE_BYTES], scratch[SCRATCH_BYTES];
+static pass cpu = {"CPU", NULL, kDLCPU, kDLCUDA, arena, qarena, warena, workspace, scratch};
+/* the fake's sm_90 device as an H200 (132 SMs) and as a MIG slice of one (16 SMs) */
+static pass h200 = {.name = "fake H200", .here = kDLCUDA, .away = kDLCPU};
+static pass slice = {.name = "fake 16-SM sm_90", .here = kDLCUDA, .away = kDLCPU};
+
+static DLManagedTensorVersioned *device_buffers[5]; /* kept for the life of the process */
+static unsigned char *device_buffer(kiln_context *ctx, int i, size_t bytes) {
+  const int64_t n = (int64_t)bytes;
+  if (kiln_tensor_empty(ctx, 1, &n, (DLDataType){kDLUInt, 8, 1}, &device_buffers[i]) != KILN_OK) {
+    fprintf(stderr, "fuzz_validation: kiln_tensor_empty on the fake GPU: %s\n", kiln_last_error());
+    abort();
+  }
+  return device_buffers[i]->dl_tensor.data;
+}
+
+/* A context on the fake device, which reads FAKE_CUDA_SMS when kiln asks for the SM count. */
+static void fake_gpu(pass *p, const char *sms) {
+  setenv("FAKE_CUDA_SMS", sms, 1);
+  if (kiln_context_create(kDLCUDA, 0, &p->ctx) != KILN_OK) {
+    fprintf(stderr, "fuzz_validation: no context on the fake driver %s: %s\n", FUZZ_FAKE_LIBCUDA, kiln_last_error());
+    abort();
+  }
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  if (kiln_context_create(kDLCPU, 0, &cpu.ctx) != KILN_OK) abort();
+  setenv("KILN_LIBCUDA", FUZZ_FAKE_LIBCUDA, 1);
+  fake_gpu(&h200, "132");
+  fake_gpu(&slice, "16");
+  /* both contexts are the one device's: they share its memory */
+  h200.arena = device_buffer(h200.ctx, 0, ARENA_BYTES), h200.qarena = device_buffer(h200.ctx, 1, QARENA_BYTES);
+  h200.warena = device_buffer(h200.ctx, 2, QARENA_BYTES), h200.workspace = device_buffer(h200.ctx, 3, WORKSPACE_BYTES);
+  h200.scratch = device_buffer(h200.ctx, 4, SCRATCH_BYTES);
+  kiln_context *const ctx = slice.ctx;
+  slice = h200, slice.name = "fake 16-SM sm_90", slice.ctx = ctx;
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  const pass *const passes[] = {&cpu, &h200, &slice};
+  for (int i = 0; i < 3; i++) P = passes[i], run(data, size);
   return 0;
 }
