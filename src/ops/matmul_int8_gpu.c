@@ -23,14 +23,6 @@
 /* What TensorCore int8 MMA (mma.sync m16n8k32 s8) needs: compute capability 8.0. */
 #define INT8_MIN_ARCH 80
 
-/* The operands as kiln_matrix views (1-byte elements) for the WGMMA host helpers. */
-static kiln_matrix int8_view(const int8_t *data, int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t bs,
-                             int64_t batch) {
-  const kiln_matrix m = {.data = (char *)(uintptr_t)data, .dtype = {kDLInt, 8, 1}, .elem = 1,
-                         .batch = bs != 0 ? batch : 1, .rows = rows, .cols = cols, .bs = bs, .rs = rs, .cs = cs};
-  return m;
-}
-
 /* Why WGMMA cannot run this product, or NULL when it can. */
 static const char *wgmma_refusal(const kiln_context *ctx, bool a_k, bool b_k, const kiln_matrix *A,
                                  const kiln_matrix *B) {
@@ -74,8 +66,9 @@ kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const 
   }
   const bool a_k = p.a_cs == 1, b_k = p.b_rs == 1;
 
-  const kiln_matrix A = int8_view(p.a, p.m, p.k, p.a_rs, p.a_cs, p.a_bs, p.batch);
-  const kiln_matrix B = int8_view(p.b, p.k, p.n, p.b_rs, p.b_cs, p.b_bs, p.batch);
+  const DLDataType s8 = {kDLInt, 8, 1};
+  const kiln_matrix A = kiln_matrix_strided(p.a, s8, p.batch, p.m, p.k, p.a_bs, p.a_rs, p.a_cs);
+  const kiln_matrix B = kiln_matrix_strided(p.b, s8, p.batch, p.k, p.n, p.b_bs, p.b_rs, p.b_cs);
   const char *no_wgmma = wgmma_refusal(ctx, a_k, b_k, &A, &B);
   if (algo == KILN_INT8_WGMMA && no_wgmma)
     return kiln_fail(KILN_ERROR_UNSUPPORTED, "%s: algo KILN_INT8_WGMMA on %s (sm_%d): %s; use KILN_INT8_AUTO or _MMA_SYNC",
@@ -99,8 +92,7 @@ kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const 
                                                                 : kDLFloat,
                             .bits = p.c_dtype == KILN_DT_F32 ? 32 : 16,
                             .lanes = 1};
-    const kiln_matrix C = {.data = (char *)p.c, .dtype = cdt, .elem = cdt.bits / 8, .batch = p.batch, .rows = p.m,
-                           .cols = p.n, .bs = p.c_bs, .rs = p.c_rs, .cs = p.c_cs};
+    const kiln_matrix C = kiln_matrix_strided(p.c, cdt, p.batch, p.m, p.n, p.c_bs, p.c_rs, p.c_cs);
     p.c_staged = kiln_wgmma_c_staged(&C, 0.f);
     return kiln_wgmma_launch(ctx, op, kernel, &A, &B, p.c_staged ? &C : NULL, bn, false, items, &p, stream);
   }

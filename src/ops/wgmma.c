@@ -31,6 +31,14 @@ kiln_status kiln_tma_map(const kiln_context *ctx, const char *op, int type, uint
   return r == CUDA_SUCCESS ? KILN_OK : kiln_cuda_fail(ctx->cu, r, op, "cuTensorMapEncodeTiled");
 }
 
+/* TMA's element type for an operand or C: bytes (int8), f32, or the 16-bit float dtype */
+static int tma_dtype(const kiln_matrix *m) {
+  return m->elem == 1             ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+         : m->elem == 4           ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+         : KILN_IS_BF16(m->dtype) ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                  : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+}
+
 kiln_status kiln_wgmma_operand_map(const kiln_context *ctx, const char *op, const char *name, const kiln_matrix *m,
                                    uint32_t box_outer, kiln_tensor_map *map) {
   const bool cols_contiguous = m->cs == 1;
@@ -48,10 +56,7 @@ kiln_status kiln_wgmma_operand_map(const kiln_context *ctx, const char *op, cons
                      "%s: algo WGMMA: %s's strides (%" PRIu64 " and %" PRIu64 " bytes) exceed what TMA addresses "
                      "(2^40); use algo AUTO",
                      op, name, strides[0], strides[1]);
-  const int type = m->elem == 1            ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                   : KILN_IS_BF16(m->dtype) ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return kiln_tma_map(ctx, op, type, rank, m->data, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, map);
+  return kiln_tma_map(ctx, op, tma_dtype(m), rank, m->data, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, map);
 }
 
 /* Tuning (KILN_TUNE_DEFS): 0 launches the WGMMA kernels after the stream's previous kernel has
@@ -96,11 +101,8 @@ static kiln_status wgmma_c_map(const kiln_context *ctx, const char *op, const ki
   const uint64_t dims[3] = {(uint64_t)C->cols, (uint64_t)C->rows, (uint64_t)C->batch};
   const uint64_t strides[2] = {(uint64_t)C->rs * e, (uint64_t)C->bs * e};
   const uint32_t box[3] = {(uint32_t)(128 / e), 64, 1};
-  const int type = e == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                   : KILN_IS_BF16(C->dtype) ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return kiln_tma_map(ctx, op, type, C->batch > 1 ? 3 : 2, C->data, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
-                      map);
+  return kiln_tma_map(ctx, op, tma_dtype(C), C->batch > 1 ? 3 : 2, C->data, dims, strides, box,
+                      CU_TENSOR_MAP_SWIZZLE_128B, map);
 }
 
 kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kernel_id kernel, const kiln_matrix *A,

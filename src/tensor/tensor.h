@@ -55,6 +55,15 @@ typedef struct kiln_matrix {
   int64_t span_bytes; /* bytes from data to one past the last element */
 } kiln_matrix;
 
+/* The view of memory an op has already validated, rebuilt from its kernel arguments (for the
+ * WGMMA host helpers, which take views): the batch counts only where the batch stride is not 0
+ * (a broadcast operand is one matrix); span_bytes is left 0. */
+static inline kiln_matrix kiln_matrix_strided(const void *data, DLDataType dtype, int64_t batch, int64_t rows,
+                                              int64_t cols, int64_t bs, int64_t rs, int64_t cs) {
+  return (kiln_matrix){.data = (char *)(uintptr_t)data, .dtype = dtype, .elem = (size_t)(dtype.bits / 8),
+                       .batch = bs != 0 ? batch : 1, .rows = rows, .cols = cols, .bs = bs, .rs = rs, .cs = cs};
+}
+
 static inline bool kiln_matrix_row_major(const kiln_matrix *m) { return m->cs == 1; }
 static inline int64_t kiln_matrix_ld(const kiln_matrix *m) { return m->cs == 1 ? m->rs : m->cs; }
 
