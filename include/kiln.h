@@ -5,7 +5,9 @@
  * Conventions (the same for every function):
  *   - Every function that can fail returns a kiln_status. On failure it also sets a thread-local message,
  *     read with kiln_last_error(), naming the function, the argument, what was found, what was
- *     expected and how to fix it. The library never aborts and never prints.
+ *     expected and how to fix it. The library never aborts and never prints. A call that fails
+ *     validation writes no output tensor and no *bytes of a size query; a function returning an
+ *     object through *out sets it to NULL first.
  *   - Tensors are DLPack DLTensors (declared below from the DLPack 1.x specification). A tensor's
  *     device must match the context's: kDLCPU tensors go to a CPU context, kDLCUDA tensors of
  *     ordinal n to the context of ordinal n.

@@ -310,10 +310,12 @@ static void workspace_size(void **state) {
   assert_int_equal(bytes, 0);
   assert_kiln_fails(kiln_matmul_int4_workspace_size(f.ctx, &f.x.t, &f.w.q, &f.y.t, NULL), E_INV,
                     "kiln_matmul_int4_workspace_size: bytes is NULL");
+  bytes = 123;
   assert_kiln_fails(kiln_matmul_int4_workspace_size(f.ctx, &f.x.t, NULL, &f.y.t, &bytes), E_INV,
                     "kiln_matmul_int4_workspace_size: w is NULL");
   assert_kiln_fails(kiln_matmul_int4_workspace_size(NULL, &f.x.t, &f.w.q, &f.y.t, &bytes), E_INV,
                     "kiln_matmul_int4_workspace_size: ctx is NULL");
+  assert_int_equal(bytes, 123); /* a failed query leaves bytes as it was, as every size query does */
   kiln_matmul_int4_opts o = kiln_matmul_int4_opts_default();
   char scratch[64];
   o.workspace = scratch, o.workspace_bytes = 1; /* too small for PREFILL, irrelevant to AUTO on the CPU */

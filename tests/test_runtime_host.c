@@ -133,14 +133,22 @@ static void tensor_empty_errors(void **state) {
   /* elements that fit int64 but whose bytes do not, and bytes too close to INT64_MAX to pad */
   int64_t huge[1] = {INT64_MAX / 2};
   assert_kiln_fails(kiln_tensor_empty(ctx, 1, huge, TEST_F32, &t), KILN_ERROR_INVALID_ARGUMENT,
-                    "kiln_tensor_empty: 4611686018427387903 elements of 4 bytes overflow");
+                    "kiln_tensor_empty: shape [4611686018427387903] of float32 is more than the 2^63 - 513 bytes kiln "
+                    "can allocate");
   int64_t edge[1] = {INT64_MAX - 500};
   assert_kiln_fails(kiln_tensor_empty(ctx, 1, edge, (DLDataType){kDLUInt, 8, 1}, &t), KILN_ERROR_INVALID_ARGUMENT,
-                    "kiln_tensor_empty: 9223372036854775307 elements of 1 bytes overflow");
+                    "kiln_tensor_empty: shape [9223372036854775307] of uint8 is more than the 2^63 - 513 bytes");
+  int64_t neg[2] = {3, -1}, wide[3] = {(int64_t)1 << 40, (int64_t)1 << 40, 0};
+  assert_kiln_fails(kiln_tensor_empty(ctx, 2, neg, TEST_F32, &t), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_tensor_empty: shape[1] = -1; sizes must be >= 0");
+  /* sizes whose product overflows before a later 0 are refused rather than wrapped */
+  assert_kiln_fails(kiln_tensor_empty(ctx, 3, wide, TEST_F32, &t), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_tensor_empty: shape [1099511627776, 1099511627776, 0] of float32 is more than");
   assert_null(t);
   /* whole-byte dtypes kiln does not allocate: bool and complex (named in the message) */
   assert_kiln_fails(kiln_tensor_empty(ctx, 2, shape, (DLDataType){kDLBool, 8, 1}, &t), KILN_ERROR_INVALID_ARGUMENT,
-                    "kiln_tensor_empty: dtype bool8 is not one kiln allocates");
+                    "kiln_tensor_empty: dtype bool8 is not one kiln allocates; expected an int, uint, float or bfloat "
+                    "dtype of whole bytes with one lane");
   assert_kiln_fails(kiln_tensor_empty(ctx, 2, shape, (DLDataType){kDLComplex, 64, 1}, &t),
                     KILN_ERROR_INVALID_ARGUMENT, "dtype dtype(code=5, bits=64, lanes=1) is not one kiln allocates");
   assert_null(t);

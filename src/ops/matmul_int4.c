@@ -223,10 +223,9 @@ kiln_status kiln_matmul_int4_workspace_size(kiln_context *ctx, const DLTensor *x
   const char *op = "kiln_matmul_int4_workspace_size";
   kiln_status st = kiln_check_size_query(ctx, op, bytes);
   if (st) return st;
-  *bytes = 0;
   kiln_matrix X, Y;
-  if ((st = check_args(ctx, op, x, w, y, &X, &Y))) return st;
-  if (ctx->device_type != kDLCPU) *bytes = kiln_int4_prefill_bytes(&w, 1);
+  if ((st = check_args(ctx, op, x, w, y, &X, &Y))) return st; /* a failed query leaves *bytes as it was */
+  *bytes = ctx->device_type != kDLCPU ? kiln_int4_prefill_bytes(&w, 1) : 0;
   return KILN_OK;
 }
 

@@ -321,8 +321,7 @@ kiln_status kiln_qkv_project_int8_workspace_size(kiln_context *ctx, const DLTens
                                                  const DLTensor *k, const DLTensor *v, size_t *bytes) {
   const char *op = "kiln_qkv_project_int8_workspace_size";
   kiln_status st = kiln_check_size_query(ctx, op, bytes);
-  if (st) return st;
-  *bytes = 0;
+  if (st) return st; /* a failed query leaves *bytes as it was */
   const DLTensor *const w[3] = {wq, wk, wv}, *const s[3] = {q_scale, k_scale, v_scale}, *const out[3] = {q, k, v};
   kiln_matrix X, W[3], S[3], Y[3];
   const float *sdata[3];
@@ -394,8 +393,7 @@ kiln_status kiln_qkv_project_int4_workspace_size(kiln_context *ctx, const DLTens
                                                  const DLTensor *k, const DLTensor *v, size_t *bytes) {
   const char *op = "kiln_qkv_project_int4_workspace_size";
   kiln_status st = kiln_check_size_query(ctx, op, bytes);
-  if (st) return st;
-  *bytes = 0;
+  if (st) return st; /* a failed query leaves *bytes as it was */
   const kiln_qweight *const w[3] = {wq, wk, wv};
   const DLTensor *const out[3] = {q, k, v};
   kiln_matrix X, Y[3];

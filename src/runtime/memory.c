@@ -79,24 +79,30 @@ kiln_status kiln_tensor_empty(kiln_context *ctx, int32_t ndim, const int64_t *sh
   char dn[48];
   size_t elem = kiln_dtype_size(dtype);
   if (!elem)
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: dtype %s is not one kiln allocates", op,
-                     kiln_dtype_name(dtype, dn));
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: dtype %s is not one kiln allocates; expected an int, uint, float or bfloat dtype of whole "
+                     "bytes with one lane (e.g. float16, bfloat16, float32, int8)",
+                     op, kiln_dtype_name(dtype, dn));
   owned_tensor *t = calloc(1, sizeof *t);
   if (!t) return kiln_fail(KILN_ERROR_OUT_OF_MEMORY, "%s: out of host memory", op);
-  int64_t numel = 1;
-  for (int d = 0; d < ndim; d++) {
-    if (shape[d] < 0 || __builtin_mul_overflow(numel, shape[d], &numel)) {
+  for (int d = 0; d < ndim; d++)
+    if (shape[d] < 0) {
       free(t);
-      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: shape[%d] = %" PRId64 " is negative or the size overflows",
-                       op, d, shape[d]);
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: shape[%d] = %" PRId64 "; sizes must be >= 0", op, d,
+                       shape[d]);
     }
-    t->dims[d] = shape[d];
-  }
-  int64_t bytes;
-  if (__builtin_mul_overflow(numel, (int64_t)elem, &bytes) || bytes > INT64_MAX - 512) {
+  /* the bytes, with room for the host block's alignment padding */
+  int64_t bytes = (int64_t)elem;
+  bool fits = true;
+  for (int d = 0; d < ndim; d++) fits = fits && !__builtin_mul_overflow(bytes, shape[d], &bytes);
+  if (!fits || bytes > INT64_MAX - 512) {
     free(t);
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %" PRId64 " elements of %zu bytes overflow", op, numel, elem);
+    char sh[160];
+    const DLTensor view = {.ndim = ndim, .shape = (int64_t *)(uintptr_t)shape};
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: shape %s of %s is more than the 2^63 - 513 bytes kiln can allocate",
+                     op, kiln_shape_str(&view, sh, sizeof sh), kiln_dtype_name(dtype, dn));
   }
+  for (int d = 0; d < ndim; d++) t->dims[d] = shape[d];
   int64_t stride = 1;
   for (int d = ndim - 1; d >= 0; d--) {
     t->dims[KILN_MAX_NDIM + d] = stride;
