@@ -508,6 +508,60 @@ static void badordinal(void) {
   kiln_context_destroy(ctx);
 }
 
+/* An sm_89 device (mode sm89: FAKE_CUDA_CC=89, as an L40S or RTX 4090), which grants a block
+ * 99 KB of shared memory where sm_80 grants 163 and sm_90 227. AUTO used to pick CP_ASYNC for
+ * aligned f16 operands there, whose 3-stage ring takes 162 KB: the launch failed with
+ * CUDA_ERROR_INVALID_VALUE (found by fuzz_validation's fake L40S run). */
+static void sm89(void) {
+  setenv("FAKE_CUDA_CC", "89", 1);
+  setenv("FAKE_CUDA_SMS", "142", 1);
+  kiln_context *ctx = NULL;
+  assert_kiln_ok(kiln_context_create(kDLCUDA, 0, &ctx));
+  kiln_device_info info;
+  assert_kiln_ok(kiln_context_info(ctx, &info));
+  assert_int_equal(info.cc_major, 8);
+  assert_int_equal(info.cc_minor, 9);
+  assert_int_equal(info.smem_per_block_optin, 101376);
+  DLManagedTensorVersioned *a = empty(ctx, TEST_F16, 64, 64), *b = empty(ctx, TEST_F16, 64, 64),
+                           *c = empty(ctx, TEST_F32, 64, 64);
+  const int launches = fake("launches_0");
+  assert_kiln_ok(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, NULL, NULL)); /* MMA_SYNC */
+  assert_int_equal(fake("launches_0"), launches + 1);
+  kiln_matmul_opts o = kiln_matmul_opts_default();
+  o.algo = KILN_MATMUL_MMA_SYNC;
+  assert_kiln_ok(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL));
+  o.algo = KILN_MATMUL_CP_ASYNC;
+  assert_kiln_fails(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "kiln_matmul: algo CP_ASYNC needs 156672 bytes of shared memory per block but", "(sm_89) grants "
+                    "101376; use KILN_MATMUL_AUTO or _MMA_SYNC");
+  o.algo = KILN_MATMUL_WGMMA;
+  assert_kiln_fails(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "algo WGMMA needs an sm_90 GPU");
+  assert_int_equal(fake("launches_0"), launches + 2);
+  /* int8 checked the grant all along: AUTO takes the register-staged kernel there */
+  const DLDataType s8 = {kDLInt, 8, 1};
+  DLManagedTensorVersioned *a8 = empty(ctx, s8, 64, 64), *b8 = empty(ctx, s8, 64, 64);
+  DLTensor bt = b8->dl_tensor; /* B as a Linear weight's transposed view: k-major, as CP_ASYNC wants */
+  int64_t bt_strides[2] = {1, 64};
+  bt.strides = bt_strides;
+  assert_kiln_ok(kiln_matmul_int8(ctx, &a8->dl_tensor, &bt, &c->dl_tensor, NULL, NULL));
+  assert_int_equal(fake("launches_0"), launches + 3);
+  /* attention: the sm_80 kernels (FLASH sends sm_89 there), D = 64 and 128 */
+  int64_t shape[4] = {1, 2, 100, 128};
+  DLManagedTensorVersioned *qkvo[4];
+  for (int i = 0; i < 4; i++) qkvo[i] = empty(ctx, TEST_F16, 200, 128);
+  for (int64_t d = 64; d <= 128; d += 64) {
+    shape[3] = d;
+    DLTensor t[4];
+    for (int i = 0; i < 4; i++) t[i] = (DLTensor){qkvo[i]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, shape, NULL, 0};
+    assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, NULL, NULL));
+  }
+  for (int i = 0; i < 4; i++) kiln_tensor_free(qkvo[i]);
+  kiln_tensor_free(a), kiln_tensor_free(b), kiln_tensor_free(c), kiln_tensor_free(a8), kiln_tensor_free(b8);
+  kiln_context_destroy(ctx);
+  unsetenv("FAKE_CUDA_CC"), unsetenv("FAKE_CUDA_SMS");
+}
+
 /* Two devices (mode twodev; issue 12's checks that need no second GPU): contexts on ordinals 0
  * and 1 in one process, each op launching on its own context's device; tensors of the other
  * device, or inputs mixed across devices, refused by name before any launch; two threads driving
@@ -654,6 +708,7 @@ static void fake_device(void **state) {
   else if (!strcmp(fault, "badordinal")) badordinal();
   else if (!strcmp(fault, "launchfail")) launchfail();
   else if (!strcmp(fault, "twodev")) twodev();
+  else if (!strcmp(fault, "sm89")) sm89();
   else fail_msg("unknown fault \"%s\"", fault);
   assert_fake_clean();
 

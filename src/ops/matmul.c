@@ -112,10 +112,20 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
   const bool a_k = A.cs == 1, b_k = B.rs == 1;
   const bool aligned = kiln_matrix_aligned16(&A) && kiln_matrix_aligned16(&B);
   const bool tma_ok = kiln_wgmma_operand_ok(&A) && kiln_wgmma_operand_ok(&B);
+  /* The sm_80 kernels' rings, against what the device grants a block: CP_ASYNC's 3 stages of
+   * 128 x 256 x 64 take ~162 KB, which sm_80 and sm_90 grant but sm_86 and sm_89 (99 KB: A10,
+   * L40S, RTX 3090 / 4090) do not; MMA_SYNC's 2 stages of BK 32 take ~60 KB. */
+  const size_t cpa_smem = (size_t)KILN_GEMM_SMEM_BYTES(KILN_GEMM_CPA_STAGES, KILN_GEMM_CPA_BM, KILN_GEMM_CPA_BN,
+                                                       KILN_GEMM_CPA_BK, a_k, b_k);
+  const size_t mma_smem = (size_t)KILN_GEMM_SMEM_BYTES(KILN_GEMM_MMA_STAGES, KILN_GEMM_MMA_BM, KILN_GEMM_MMA_BN,
+                                                       KILN_GEMM_MMA_BK, a_k, b_k);
+  const bool cpa_fits = ctx->info.smem_per_block_optin >= cpa_smem;
   /* AUTO: WGMMA on Hopper, then CP_ASYNC, then MMA_SYNC (any alignment); docs/performance.md
    * has the measurements behind the order. */
   if (algo == KILN_MATMUL_AUTO)
-    algo = tma_ok && ctx->arch == 90 ? KILN_MATMUL_WGMMA : aligned ? KILN_MATMUL_CP_ASYNC : KILN_MATMUL_MMA_SYNC;
+    algo = tma_ok && ctx->arch == 90       ? KILN_MATMUL_WGMMA
+           : aligned && cpa_fits           ? KILN_MATMUL_CP_ASYNC
+                                           : KILN_MATMUL_MMA_SYNC;
   if (algo == KILN_MATMUL_WGMMA && !tma_ok)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
                      "%s: algo WGMMA loads tiles with TMA, which needs 16-byte aligned operands (data pointer, leading "
@@ -129,6 +139,14 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
                      "stride multiples of 8 elements) but A has ld %" PRId64 " and B has ld %" PRId64
                      "; use KILN_MATMUL_AUTO or _MMA_SYNC, or pad the leading dimension to a multiple of 8",
                      op, kiln_matrix_ld(&A), kiln_matrix_ld(&B));
+  if ((algo == KILN_MATMUL_CP_ASYNC && !cpa_fits) ||
+      (algo == KILN_MATMUL_MMA_SYNC && ctx->info.smem_per_block_optin < mma_smem))
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: algo %s needs %zu bytes of shared memory per block but %s (sm_%d) grants %zu; use "
+                     "KILN_MATMUL_AUTO%s",
+                     op, algo_name(algo), algo == KILN_MATMUL_CP_ASYNC ? cpa_smem : mma_smem, ctx->info.name,
+                     ctx->arch, ctx->info.smem_per_block_optin,
+                     algo == KILN_MATMUL_CP_ASYNC ? " or _MMA_SYNC" : " or a CPU context");
 
   const bool cpa = algo == KILN_MATMUL_CP_ASYNC, wg = algo == KILN_MATMUL_WGMMA;
   const int bm = wg ? KILN_GEMM_WG_BM : cpa ? KILN_GEMM_CPA_BM : KILN_GEMM_MMA_BM;

@@ -72,19 +72,30 @@ static const char *mode(void) {
   return m ? m : "";
 }
 static int is_mode(const char *m) { return strcmp(mode(), m) == 0; }
-/* An H200's 132 SMs, or FAKE_CUDA_SMS of them (e.g. 16, a MIG slice's, where kiln's per-shape
- * choices that count tiles against SMs flip at small sizes). */
-static int sm_count(void) {
-  const char *s = getenv("FAKE_CUDA_SMS");
+/* The device: an H200 (sm_90, 132 SMs), or what FAKE_CUDA_CC (80, 86, 89 or 90) and
+ * FAKE_CUDA_SMS say (e.g. an A100's 80 and 108, or a 16-SM MIG slice, where kiln's choices that
+ * count tiles against SMs flip at small sizes). Read when kiln asks, i.e. at context creation. */
+static int env_int(const char *name, int fallback) {
+  const char *s = getenv(name);
   const int n = s ? atoi(s) : 0;
-  return n > 0 ? n : 132;
+  return n > 0 ? n : fallback;
+}
+static int sm_count(void) { return env_int("FAKE_CUDA_SMS", 132); }
+static int compute_capability(void) {
+  const int cc = env_int("FAKE_CUDA_CC", 90);
+  return cc == 80 || cc == 86 || cc == 89 ? cc : 90;
+}
+/* the largest dynamic shared memory a block may opt in to: 227 KiB on sm_90, 163 on sm_80, 99 on
+ * sm_86 and sm_89 */
+static int smem_optin(void) {
+  const int cc = compute_capability();
+  return cc == 90 ? 232448 : cc == 80 ? 166912 : 101376;
 }
 
 /* ---- the device ---------------------------------------------------------------------------- */
 #define FAKE_NAME "Fake H200 (tests/fake/fake_libcuda.c)"
 #define FAKE_TOTAL_MEMORY (143771ull << 20) /* what an H200 reports */
 #define FAKE_OOM_MEMORY (1ull << 20)        /* the device of mode oom */
-#define FAKE_SMEM_OPTIN 232448              /* 227 KiB, sm_90 */
 
 #define FAKE_MAX_DEVICES 2
 static int device_count(void) { return is_mode("nodevice") ? 0 : is_mode("twodev") ? 2 : 1; }
@@ -110,6 +121,9 @@ static size_t live_bytes;
  * stays invalid); live ones are kept in small tables. */
 #define FAKE_MAX_HANDLES 256
 static uintptr_t libraries[FAKE_MAX_HANDLES], streams[FAKE_MAX_HANDLES], events[FAKE_MAX_HANDLES];
+/* A launch may use the dynamic shared memory its kernel was allowed (cuFuncSetAttribute; 48 KiB
+ * by default), as on the driver: so each context's launches are held to its own device's limit. */
+static int library_smem[FAKE_MAX_HANDLES];
 static int stream_device[FAKE_MAX_HANDLES]; /* the device of streams[i]'s context */
 static uintptr_t next_handle = 0x10000;
 
@@ -257,9 +271,9 @@ static CUresult fake_device_attribute(int *value, int attrib, int dev) {
   case 16: *value = sm_count(); break;      /* MULTIPROCESSOR_COUNT */
   case 38: *value = 50 << 20; break;        /* L2_CACHE_SIZE */
   case 41: *value = 1; break;               /* UNIFIED_ADDRESSING */
-  case 75: *value = 9; break;               /* COMPUTE_CAPABILITY_MAJOR */
-  case 76: *value = 0; break;               /* COMPUTE_CAPABILITY_MINOR */
-  case 97: *value = FAKE_SMEM_OPTIN; break; /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
+  case 75: *value = compute_capability() / 10; break; /* COMPUTE_CAPABILITY_MAJOR */
+  case 76: *value = compute_capability() % 10; break; /* COMPUTE_CAPABILITY_MINOR */
+  case 97: *value = smem_optin(); break;              /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
   default: return E_INVALID_VALUE;          /* kiln asks for nothing else; a new query shows up here */
   }
   return OK;
@@ -313,7 +327,7 @@ static CUresult library_load(void **lib, const void *code) {
    * creation loads two, fails on the third, and must unload the two) */
   if (is_mode("noimage") && live_libraries >= 2) return E_NO_BINARY_FOR_GPU;
   CUresult r = handle_new(libraries, &live_libraries, lib);
-  if (r == OK) library_loads++;
+  if (r == OK) library_loads++, library_smem[handle_find(libraries, (uintptr_t)*lib)] = 48 << 10;
   return r;
 }
 static CUresult fake_library_load_data(void **lib, const void *code, int *jo, void **jv, unsigned njo, int *lo,
@@ -356,8 +370,10 @@ static CUresult fake_func_get_attribute(int *value, int attrib, void *fn) {
   LOCKED(func_get_attribute(value, attrib, fn));
 }
 static CUresult func_set_attribute(void *fn, int attrib, int value) {
-  if (handle_find(libraries, (uintptr_t)fn) < 0) return E_INVALID_HANDLE;
-  if (attrib != 8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */ || value < 0 || value > FAKE_SMEM_OPTIN) return E_INVALID_VALUE;
+  const int i = handle_find(libraries, (uintptr_t)fn);
+  if (i < 0) return E_INVALID_HANDLE;
+  if (attrib != 8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */ || value < 0 || value > smem_optin()) return E_INVALID_VALUE;
+  library_smem[i] = value;
   return OK;
 }
 static CUresult fake_func_set_attribute(void *fn, int attrib, int value) {
@@ -371,7 +387,8 @@ static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
   if (handle_find(libraries, (uintptr_t)fn) < 0) return E_INVALID_HANDLE;
   if ((r = check_stream_here(stream)) != OK) return r;
   if (!gx || !gy || !gz || gx > 0x7FFFFFFFu || gy > 65535 || gz > 65535 || !bx || !by || !bz ||
-      (uint64_t)bx * by * bz > 1024 || smem > FAKE_SMEM_OPTIN || (!params && !extra))
+      (uint64_t)bx * by * bz > 1024 || (int64_t)smem > library_smem[handle_find(libraries, (uintptr_t)fn)] ||
+      (!params && !extra))
     return E_INVALID_VALUE;
   if (trace_level() == 2)
     fprintf(stderr, "fake_libcuda: launch of library %llu: grid %u x %u x %u, block %u x %u x %u, %u bytes of shared "

@@ -14,15 +14,16 @@
  * the arena (a caller that lies about its memory is outside kiln's contract) and the product is
  * small enough to keep the fuzzer fast. AddressSanitizer checks the rest.
  *
- * Each input runs three times: on a CPU context, then on the sm_90 device of the fake driver
- * (tests/fake/fake_libcuda.c, loaded through KILN_LIBCUDA) as an H200 with 132 SMs and as a
- * 16-SM MIG slice, where the same descriptors reach the GPU dispatch: validation, kernel choice,
- * TMA descriptors and launch shapes. There the arenas are device allocations, CPU tensors become
- * tensors on device 0 (and those on device 0 CPU tensors), and the fake refuses what a driver
- * would: a TMA descriptor breaking the driver's rules or reaching past its allocation, a launch
- * beyond the grid limits or the shared memory. kiln must have refused such input itself, so
- * KILN_ERROR_CUDA there is a finding, as is KILN_ERROR_INTERNAL anywhere: the harness aborts
- * with kiln's message. Nothing runs on the fake, so no kernel's reads or writes are checked.
+ * Each input runs five times: on a CPU context, then on the fake driver's device
+ * (tests/fake/fake_libcuda.c, loaded through KILN_LIBCUDA) as an H200, a 16-SM MIG slice of one,
+ * an A100 (sm_80) and an L40S (sm_89, 99 KB of shared memory), where the same descriptors reach
+ * the GPU dispatch: validation, kernel choice, TMA descriptors and launch shapes. There the
+ * arenas are device allocations, CPU tensors become tensors on device 0 (and those on device 0
+ * CPU tensors), and the fake refuses what a driver would: a TMA descriptor breaking the driver's
+ * rules or reaching past its allocation, a launch beyond the grid limits or the shared memory its
+ * device grants. kiln must have refused such input itself, so KILN_ERROR_CUDA there is a
+ * finding, as is KILN_ERROR_INTERNAL anywhere: the harness aborts with kiln's message. Nothing
+ * runs on the fake, so no kernel's reads or writes are checked.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -347,10 +348,17 @@ static void run(const uint8_t *data, size_t size) {
 /* The CPU run's memory is static; the fake GPU's is allocated once through kiln. */
 static _Alignas(256) unsigned char arena[ARENA_BYTES], qarena[QARENA_BYTES], warena[QARENA_BYTES],
     workspace[WORKSPACE_BYTES], scratch[SCRATCH_BYTES];
-static pass cpu = {"CPU", NULL, kDLCPU, kDLCUDA, arena, qarena, warena, workspace, scratch};
-/* the fake's sm_90 device as an H200 (132 SMs) and as a MIG slice of one (16 SMs) */
-static pass h200 = {.name = "fake H200", .here = kDLCUDA, .away = kDLCPU};
-static pass slice = {.name = "fake 16-SM sm_90", .here = kDLCUDA, .away = kDLCPU};
+/* The runs: the CPU, then the fake's one device as four GPUs (FAKE_CUDA_CC and FAKE_CUDA_SMS at
+ * each context's creation), which share its memory. */
+static pass passes[] = {
+    {"CPU", NULL, kDLCPU, kDLCUDA, arena, qarena, warena, workspace, scratch},
+    {.name = "fake H200", .here = kDLCUDA, .away = kDLCPU},
+    {.name = "fake 16-SM sm_90 (a MIG slice)", .here = kDLCUDA, .away = kDLCPU},
+    {.name = "fake A100 (sm_80, 108 SMs)", .here = kDLCUDA, .away = kDLCPU},
+    {.name = "fake L40S (sm_89, 142 SMs)", .here = kDLCUDA, .away = kDLCPU},
+};
+static const char *const fake_devices[][2] = {{"90", "132"}, {"90", "16"}, {"80", "108"}, {"89", "142"}};
+#define PASSES (int)(sizeof passes / sizeof passes[0])
 
 static DLManagedTensorVersioned *device_buffers[5]; /* kept for the life of the process */
 static unsigned char *device_buffer(kiln_context *ctx, int i, size_t bytes) {
@@ -362,32 +370,31 @@ static unsigned char *device_buffer(kiln_context *ctx, int i, size_t bytes) {
   return device_buffers[i]->dl_tensor.data;
 }
 
-/* A context on the fake device, which reads FAKE_CUDA_SMS when kiln asks for the SM count. */
-static void fake_gpu(pass *p, const char *sms) {
-  setenv("FAKE_CUDA_SMS", sms, 1);
-  if (kiln_context_create(kDLCUDA, 0, &p->ctx) != KILN_OK) {
-    fprintf(stderr, "fuzz_validation: no context on the fake driver %s: %s\n", FUZZ_FAKE_LIBCUDA, kiln_last_error());
-    abort();
-  }
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
-  if (kiln_context_create(kDLCPU, 0, &cpu.ctx) != KILN_OK) abort();
+  if (kiln_context_create(kDLCPU, 0, &passes[0].ctx) != KILN_OK) abort();
   setenv("KILN_LIBCUDA", FUZZ_FAKE_LIBCUDA, 1);
-  fake_gpu(&h200, "132");
-  fake_gpu(&slice, "16");
-  /* both contexts are the one device's: they share its memory */
-  h200.arena = device_buffer(h200.ctx, 0, ARENA_BYTES), h200.qarena = device_buffer(h200.ctx, 1, QARENA_BYTES);
-  h200.warena = device_buffer(h200.ctx, 2, QARENA_BYTES), h200.workspace = device_buffer(h200.ctx, 3, WORKSPACE_BYTES);
-  h200.scratch = device_buffer(h200.ctx, 4, SCRATCH_BYTES);
-  kiln_context *const ctx = slice.ctx;
-  slice = h200, slice.name = "fake 16-SM sm_90", slice.ctx = ctx;
+  for (int i = 1; i < PASSES; i++) {
+    setenv("FAKE_CUDA_CC", fake_devices[i - 1][0], 1);
+    setenv("FAKE_CUDA_SMS", fake_devices[i - 1][1], 1);
+    if (kiln_context_create(kDLCUDA, 0, &passes[i].ctx) != KILN_OK) {
+      fprintf(stderr, "fuzz_validation: no context on the fake driver %s: %s\n", FUZZ_FAKE_LIBCUDA,
+              kiln_last_error());
+      abort();
+    }
+  }
+  pass *g = &passes[1];
+  g->arena = device_buffer(g->ctx, 0, ARENA_BYTES), g->qarena = device_buffer(g->ctx, 1, QARENA_BYTES);
+  g->warena = device_buffer(g->ctx, 2, QARENA_BYTES), g->workspace = device_buffer(g->ctx, 3, WORKSPACE_BYTES);
+  g->scratch = device_buffer(g->ctx, 4, SCRATCH_BYTES);
+  for (int i = 2; i < PASSES; i++) {
+    passes[i].arena = g->arena, passes[i].qarena = g->qarena, passes[i].warena = g->warena;
+    passes[i].workspace = g->workspace, passes[i].scratch = g->scratch;
+  }
   return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  const pass *const passes[] = {&cpu, &h200, &slice};
-  for (int i = 0; i < 3; i++) P = passes[i], run(data, size);
+  for (int i = 0; i < PASSES; i++) P = &passes[i], run(data, size);
   return 0;
 }
