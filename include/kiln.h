@@ -247,9 +247,11 @@ KILN_API uint16_t kiln_f32_to_bf16(float f);
  * W[N,K] passed as W.T) with any leading dimension >= its inner size, and any batch stride.
  * Any M, N, K >= 1. C must not overlap A or B. */
 typedef enum kiln_matmul_algo {
-  KILN_MATMUL_AUTO = 0,     /* WGMMA on sm_90, else CP_ASYNC; MMA_SYNC when rows are not 16-byte aligned */
+  KILN_MATMUL_AUTO = 0,     /* WGMMA on sm_90, else CP_ASYNC; MMA_SYNC when rows are not 16-byte aligned
+                             * or the device cannot hold CP_ASYNC's ring (sm_86, sm_89) */
   KILN_MATMUL_MMA_SYNC = 1, /* mma.sync m16n8k16, register-staged global loads; sm_80+ */
-  KILN_MATMUL_CP_ASYNC = 2, /* cp.async multi-stage pipeline + ldmatrix; sm_80+, 16-byte aligned rows */
+  KILN_MATMUL_CP_ASYNC = 2, /* cp.async multi-stage pipeline + ldmatrix; sm_80+, 16-byte aligned rows;
+                             * its ~160 KB ring needs sm_80 or sm_90 (sm_86 and sm_89 grant 99 KB) */
   KILN_MATMUL_WGMMA = 3,    /* warpgroup MMA + TMA; sm_90 (Hopper) only, 16-byte aligned strides
                              * (including over a dimension of size 1); elsewhere UNSUPPORTED */
 } kiln_matmul_algo;
