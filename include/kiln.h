@@ -556,9 +556,12 @@ typedef enum kiln_attention_algo {
                              * inputs with D == Dv a multiple of 8, contiguous head dims and
                              * 16-byte aligned rows; every other valid problem (f32 inputs,
                              * D != Dv, any D, any strides) runs on CUDA-core kernels in f32
-                             * arithmetic, slower but never refused */
+                             * arithmetic, slower but never refused; so does the backward at
+                             * D > 64 on sm_86 / sm_89, whose 99 KB of shared memory per block
+                             * the sm_80 backward kernels exceed there */
   KILN_ATTENTION_FLASH_MMA_SYNC = 3, /* FLASH with the sm_80+ FlashAttention-2 style kernels
-                                      * (tensor cores; UNSUPPORTED where they do not apply) */
+                                      * (tensor cores; UNSUPPORTED where they do not apply or
+                                      * do not fit the device's shared memory) */
   KILN_ATTENTION_FLASH_WGMMA = 4,    /* FLASH with the sm_90a FlashAttention-3 style kernels
                                       * (wgmma + TMA), forward and backward: sm_90 only, D <= 128,
                                       * no stride-0 repeats in q, k, v; UNSUPPORTED otherwise */

@@ -546,17 +546,44 @@ static void sm89(void) {
   bt.strides = bt_strides;
   assert_kiln_ok(kiln_matmul_int8(ctx, &a8->dl_tensor, &bt, &c->dl_tensor, NULL, NULL));
   assert_int_equal(fake("launches_0"), launches + 3);
-  /* attention: the sm_80 kernels (FLASH sends sm_89 there), D = 64 and 128 */
-  int64_t shape[4] = {1, 2, 100, 128};
-  DLManagedTensorVersioned *qkvo[4];
-  for (int i = 0; i < 4; i++) qkvo[i] = empty(ctx, TEST_F16, 200, 128);
-  for (int64_t d = 64; d <= 128; d += 64) {
+  /* attention: the sm_80 kernels (FLASH sends sm_89 there) at D = 64, 128 and 256, forward and
+   * backward. The backward's dQ kernel takes 102 KB at D = 128 and both take 132 KB at 256: AUTO
+   * and FLASH run the CUDA-core kernels there (their launch used to fail), FLASH_MMA_SYNC says why
+   * it cannot. */
+  int64_t shape[4] = {1, 2, 100, 0}, lse_shape[3] = {1, 2, 100};
+  DLManagedTensorVersioned *buf[8]; /* q, k, v, o, dout, dq, dk, dv */
+  for (int i = 0; i < 8; i++) buf[i] = empty(ctx, TEST_F16, 200, 256);
+  DLManagedTensorVersioned *lse_buf = empty(ctx, TEST_F32, 2, 100), *ws = empty(ctx, TEST_F32, 200, 256);
+  DLTensor lse = {lse_buf->dl_tensor.data, {kDLCUDA, 0}, 3, TEST_F32, lse_shape, NULL, 0};
+  kiln_attention_opts ao = kiln_attention_opts_default();
+  for (int64_t d = 64; d <= 256; d *= 2) {
     shape[3] = d;
-    DLTensor t[4];
-    for (int i = 0; i < 4; i++) t[i] = (DLTensor){qkvo[i]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, shape, NULL, 0};
-    assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, NULL, NULL));
+    DLTensor t[8];
+    for (int i = 0; i < 8; i++) t[i] = (DLTensor){buf[i]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, shape, NULL, 0};
+    const kiln_attention_algo algos[3] = {KILN_ATTENTION_AUTO, KILN_ATTENTION_FLASH, KILN_ATTENTION_FLASH_MMA_SYNC};
+    for (int i = 0; i < 3; i++) {
+      ao.algo = algos[i];
+      assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &ao, NULL));
+      size_t bytes = 0;
+      const kiln_status st = kiln_attention_backward_workspace_size(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &t[4],
+                                                                    &t[5], &t[6], &t[7], &ao, &bytes);
+      assert_kiln_ok(st);
+      const int launches_before = fake("launches_0");
+      if (d > 64 && algos[i] == KILN_ATTENTION_FLASH_MMA_SYNC) {
+        assert_kiln_fails(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &t[4], &t[5], &t[6], &t[7],
+                                                  ws->dl_tensor.data, bytes, &ao, NULL),
+                          KILN_ERROR_UNSUPPORTED, "kiln_attention_backward: algo FLASH_MMA_SYNC (backward) needs",
+                          d == 128 ? "104448 bytes" : "135680 bytes", "(sm_89) grants 101376",
+                          "use KILN_ATTENTION_AUTO or _FLASH");
+        assert_int_equal(fake("launches_0"), launches_before); /* refused before any launch */
+      } else {
+        assert_kiln_ok(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &t[4], &t[5], &t[6], &t[7],
+                                               ws->dl_tensor.data, bytes, &ao, NULL));
+      }
+    }
   }
-  for (int i = 0; i < 4; i++) kiln_tensor_free(qkvo[i]);
+  for (int i = 0; i < 8; i++) kiln_tensor_free(buf[i]);
+  kiln_tensor_free(lse_buf), kiln_tensor_free(ws);
   kiln_tensor_free(a), kiln_tensor_free(b), kiln_tensor_free(c), kiln_tensor_free(a8), kiln_tensor_free(b8);
   kiln_context_destroy(ctx);
   unsetenv("FAKE_CUDA_CC"), unsetenv("FAKE_CUDA_SMS");

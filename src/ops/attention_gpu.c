@@ -188,7 +188,20 @@ static bool wide_wins(const kiln_attn_args *a) {
 /* FLASH and AUTO: WGMMA where it fits, else MMA_SYNC where the tensor cores can take the problem,
  * else the CUDA-core kernels; the explicit FLASH_WGMMA, FLASH_MMA_SYNC and SMEM (WGMMA's
  * short-sequence forward) run their family or say why not. */
-static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo, family *f) {
+/* Shared memory the sm_80 tensor-core kernels take at padded head dim dp: the forward's, or the
+ * larger of the backward's two. sm_86 and sm_89 grant a block 99 KB, less than the backward's dQ
+ * kernel at D = 128 (102 KB) and both its kernels at D = 256 (132 KB); sm_80 and sm_90 grant
+ * 163 and 227 KB. */
+static size_t mma_sync_smem(int dp, bool backward) {
+  if (!backward) return (size_t)KILN_ATTN_SMEM_BYTES(dp);
+  const size_t kv = (size_t)KILN_ATTN_BWD_KV_SMEM_BYTES(dp), q = (size_t)KILN_ATTN_BWD_Q_SMEM_BYTES(dp);
+  return kv > q ? kv : q;
+}
+
+/* The kernel family for the forward or the backward: the named one, or for AUTO and FLASH the
+ * fastest that takes the problem on this device (the CUDA-core kernels take every problem). */
+static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo, bool backward,
+                          family *f) {
   kiln_status st = check_grid(op, a);
   if (st) return st;
   const bool wgmma = algo == KILN_ATTENTION_FLASH_WGMMA || algo == KILN_ATTENTION_SMEM;
@@ -207,14 +220,30 @@ static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_at
                      "%s: algo %s cannot run this problem: %s (%s is sm_%d, D is %d); use "
                      "KILN_ATTENTION_AUTO or _FLASH, which pick the kernel, or _FLASH_MMA_SYNC",
                      op, name, misfit, ctx->info.name, ctx->arch, a->d);
-  *f = misfit ? FAMILY_MMA_SYNC : FAMILY_WGMMA;
+  if (!misfit) {
+    *f = FAMILY_WGMMA;
+    return KILN_OK;
+  }
+  const size_t smem = mma_sync_smem(padded_dim(a->d), backward);
+  if (smem > ctx->info.smem_per_block_optin) {
+    if (named)
+      return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                       "%s: algo FLASH_MMA_SYNC%s needs %zu bytes of shared memory per block at D = %d but %s "
+                       "(sm_%d) grants %zu; use KILN_ATTENTION_AUTO or _FLASH, which take the CUDA-core kernels "
+                       "there",
+                       op, backward ? " (backward)" : "", smem, a->d, ctx->info.name, ctx->arch,
+                       ctx->info.smem_per_block_optin);
+    *f = FAMILY_SIMT;
+    return KILN_OK;
+  }
+  *f = FAMILY_MMA_SYNC;
   return KILN_OK;
 }
 
 kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo,
                                        int tile_m, CUstream stream) {
   family f = FAMILY_SIMT;
-  kiln_status st = choose(ctx, op, a, algo, &f);
+  kiln_status st = choose(ctx, op, a, algo, false, &f);
   if (st) return st;
   if (f == FAMILY_SIMT) return launch_simt(ctx, op, a, KILN_K_ATTN_SIMT_FWD_R32, stream);
   const int dp = padded_dim(a->d);
@@ -278,7 +307,7 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
                                         int deterministic, void *workspace, CUstream stream) {
   (void)deterministic;
   family f = FAMILY_SIMT;
-  kiln_status st = choose(ctx, op, a, algo, &f);
+  kiln_status st = choose(ctx, op, a, algo, true, &f);
   if (st) return st;
   const int64_t rows = (int64_t)a->batch * a->hq * a->sq;
   if (rows > (int64_t)INT32_MAX)

@@ -34,7 +34,7 @@
 
 #define ARENA_BYTES (1 << 20)
 #define QARENA_BYTES (1 << 18)
-#define WORKSPACE_BYTES (1 << 16)
+#define WORKSPACE_BYTES (1 << 20)
 #define SCRATCH_BYTES (1 << 16)
 
 /* One run of an input: its context and where its memory lives. `here` is the device type of the
