@@ -59,6 +59,7 @@ fuzz: deps
 	CC=clang cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=Debug -DKILN_FUZZ=ON -DKILN_WITH_CUDA=OFF \
 	  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_TOOLS=OFF && cmake --build $(BUILD)-fuzz -j$(JOBS) && \
 	for t in $(BUILD)-fuzz/fuzz_*; do \
+	  [ -f "$$t" ] && [ -x "$$t" ] || continue; \
 	  name=$$(basename $$t); mkdir -p $(BUILD)-fuzz/new-$$name; \
 	  echo "kiln: fuzzing $$name for $(FUZZ_SECONDS) s"; \
 	  (cd $(BUILD)-fuzz && ./$$name -max_total_time=$(FUZZ_SECONDS) -max_len=512 -print_final_stats=1 \

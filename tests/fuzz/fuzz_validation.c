@@ -304,7 +304,12 @@ static void run(const uint8_t *data, size_t size) {
   fuzz_tensor f[9];
   for (int i = 0; i < 5; i++) read_tensor(&r, &f[i]);
   kiln_matmul_opts o = kiln_matmul_opts_default();
-  o.algo = (kiln_matmul_algo)(take(&r, 1) % 6 == 5 ? 42 : 0);
+  /* AUTO, MMA_SYNC, CP_ASYNC, WGMMA (GPU algorithms, UNSUPPORTED on the CPU) or 42 (out of
+   * range); tile_n 0, 64, 128 or 256 (WGMMA's only) */
+  const uint8_t ab = (uint8_t)take(&r, 1);
+  static const int algos[6] = {0, 0, 1, 2, 3, 42}, tiles[4] = {0, 64, 128, 256};
+  o.algo = (kiln_matmul_algo)algos[ab % 6];
+  o.tile_n = tiles[(ab >> 6) & 3];
   o.alpha = (float)(int8_t)take(&r, 1) / 16.0f;
   /* 0 matmul, 1 attention, 2 int8, 3 int4 weights, 4 int4 matmul, 5 QKV projections (the seeds
    * use 0..3, which % 6 keeps) */
