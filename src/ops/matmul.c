@@ -91,7 +91,11 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
                             int64_t batch, bool reduce_batch, float alpha, float beta, kiln_matmul_algo algo,
                             int tile_n, CUstream stream) {
   if (reduce_batch) {
+    /* one matrix of each at a time: a TMA map over A or B then describes that matrix only, not
+     * the batches from it to past the operand's end (they were never read, but a map must not
+     * describe memory the operand does not own) */
     kiln_matrix a1 = A, b1 = B;
+    a1.batch = b1.batch = 1;
     for (int64_t i = 0; i < batch; i++) {
       a1.data = A.data + i * A.bs * (int64_t)A.elem;
       b1.data = B.data + i * B.bs * (int64_t)B.elem;

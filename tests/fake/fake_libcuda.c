@@ -32,6 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kiln_abi.h" /* the kernels' argument structs, for check_launch_args */
+
 typedef int CUresult;
 
 #define EXPORT __attribute__((visibility("default")))
@@ -124,6 +126,9 @@ static uintptr_t libraries[FAKE_MAX_HANDLES], streams[FAKE_MAX_HANDLES], events[
 /* A launch may use the dynamic shared memory its kernel was allowed (cuFuncSetAttribute; 48 KiB
  * by default), as on the driver: so each context's launches are held to its own device's limit. */
 static int library_smem[FAKE_MAX_HANDLES];
+/* The image's name where kiln embedded a fuzz build's placeholder ("kiln placeholder image:
+ * NAME", CMakeLists.txt), else empty: check_launch_args knows some images' kernel arguments. */
+static char library_image[FAKE_MAX_HANDLES][48];
 static int stream_device[FAKE_MAX_HANDLES]; /* the device of streams[i]'s context */
 static uintptr_t next_handle = 0x10000;
 
@@ -195,6 +200,22 @@ static const allocation *find_allocation(uintptr_t p) {
   for (const allocation *a = allocations; a; a = a->next)
     if (p >= a->ptr && p < a->ptr + a->bytes) return a;
   return NULL;
+}
+static CUresult check_range(uint64_t p, size_t bytes);
+/* The buffers a test declared its own (fake_cuda_declare): while any are declared, whatever a
+ * kernel or TMA descriptor addresses must lie inside one of them, not merely inside an
+ * allocation (the fuzz harness declares each tensor's exact bytes, so an operand one stride too
+ * long is caught anywhere in its arena, not only at the arena's end). */
+#define FAKE_MAX_DECLARED 256
+static struct {
+  uintptr_t lo, hi;
+} declared[FAKE_MAX_DECLARED];
+static int declared_count;
+static CUresult check_declared(uint64_t p, size_t bytes) {
+  if (!declared_count || !bytes) return check_range(p, bytes);
+  for (int i = 0; i < declared_count; i++)
+    if (p >= declared[i].lo && p <= declared[i].hi && bytes <= declared[i].hi - p) return OK;
+  return E_INVALID_VALUE;
 }
 
 /* FAKE_CUDA_TRACE: "1" prints each refused TMA descriptor with its reason to stderr; "all" also
@@ -327,8 +348,13 @@ static CUresult library_load(void **lib, const void *code) {
    * creation loads two, fails on the third, and must unload the two) */
   if (is_mode("noimage") && live_libraries >= 2) return E_NO_BINARY_FOR_GPU;
   CUresult r = handle_new(libraries, &live_libraries, lib);
-  if (r == OK) library_loads++, library_smem[handle_find(libraries, (uintptr_t)*lib)] = 48 << 10;
-  return r;
+  if (r != OK) return r;
+  const int i = handle_find(libraries, (uintptr_t)*lib);
+  library_loads++, library_smem[i] = 48 << 10;
+  static const char tag[] = "kiln placeholder image: ";
+  library_image[i][0] = '\0';
+  if (!memcmp(code, tag, sizeof tag - 1)) snprintf(library_image[i], sizeof library_image[i], "%s", (const char *)code + sizeof tag - 1);
+  return OK;
 }
 static CUresult fake_library_load_data(void **lib, const void *code, int *jo, void **jv, unsigned njo, int *lo,
                                        void **lv, unsigned nlo) {
@@ -379,6 +405,60 @@ static CUresult func_set_attribute(void *fn, int attrib, int value) {
 static CUresult fake_func_set_attribute(void *fn, int attrib, int value) {
   LOCKED(func_set_attribute(fn, attrib, value));
 }
+/* Bytes from an operand's first element to one past its last: dims extents n[] at element
+ * strides st[], elements of `elem` bytes (0 when it has no element; saturating). */
+static uint64_t extent(int dims, const int64_t *n, const int64_t *st, int64_t elem) {
+  uint64_t last = 0, term;
+  for (int i = 0; i < dims; i++) {
+    if (n[i] <= 0) return 0;
+    if (st[i] < 0 || __builtin_mul_overflow((uint64_t)(n[i] - 1), (uint64_t)st[i], &term) ||
+        __builtin_add_overflow(last, term, &last))
+      return UINT64_MAX >> 1;
+  }
+  return (last + 1) * (uint64_t)elem;
+}
+/* [batch][rows][cols] at strides (bs, rs, cs) */
+static uint64_t matrix_bytes(int64_t batch, int64_t bs, int64_t rows, int64_t rs, int64_t cols, int64_t cs,
+                             int64_t elem) {
+  const int64_t n[3] = {batch, rows, cols}, st[3] = {bs, rs, cs};
+  return extent(3, n, st, elem);
+}
+static int dtype_bytes(int32_t dt) { return dt == KILN_DT_F32 ? 4 : 2; }
+
+/* What a kernel of an image whose arguments the fake knows reads and writes, against the
+ * buffers its pointers fall in (check_declared): the fuzz build's guard that no shape kiln
+ * accepts makes a kernel (which never runs here) address memory outside its buffers. NULL when
+ * every operand fits, else the first that does not. */
+static const char *check_launch_args(const char *image, void **params) {
+  if (!params || !params[0]) return NULL;
+  const void *args = params[0];
+  if (!strcmp(image, "gemm_sm80") || !strcmp(image, "gemm_sm90")) {
+    const kiln_gemm_args *g = args;
+    if (check_declared((uintptr_t)g->a, matrix_bytes(g->batch, g->a_bs, g->m, g->a_rs, g->k, g->a_cs, 2))) return "A";
+    if (check_declared((uintptr_t)g->b, matrix_bytes(g->batch, g->b_bs, g->k, g->b_rs, g->n, g->b_cs, 2))) return "B";
+    if (check_declared((uintptr_t)g->c, matrix_bytes(g->batch, g->c_bs, g->m, g->c_rs, g->n, 1, dtype_bytes(g->c_dtype))))
+      return "C";
+  } else if (!strcmp(image, "gemm_int8_sm80") || !strcmp(image, "gemm_int8_sm90")) {
+    const kiln_int8_args *g = args;
+    if (check_declared((uintptr_t)g->a, matrix_bytes(g->batch, g->a_bs, g->m, g->a_rs, g->k, g->a_cs, 1))) return "A";
+    if (check_declared((uintptr_t)g->b, matrix_bytes(g->batch, g->b_bs, g->k, g->b_rs, g->n, g->b_cs, 1))) return "B";
+    if (check_declared((uintptr_t)g->c,
+                    matrix_bytes(g->batch, g->c_bs, g->m, g->c_rs, g->n, g->c_cs, dtype_bytes(g->c_dtype))))
+      return "C";
+    if (g->row_scale && check_declared((uintptr_t)g->row_scale, matrix_bytes(1, 0, g->m, g->row_scale_stride, 1, 0, 4)))
+      return "row_scale";
+    if (g->col_scale && check_declared((uintptr_t)g->col_scale, matrix_bytes(1, 0, g->n, g->col_scale_stride, 1, 0, 4)))
+      return "col_scale";
+  } else if (!strcmp(image, "cast")) {
+    const kiln_cast_args *c = args;
+    if (c->count && check_declared((uintptr_t)c->src, extent(4, c->shape, c->src_strides, dtype_bytes(c->src_dtype))))
+      return "src";
+    if (c->count && check_declared((uintptr_t)c->dst, extent(4, c->shape, c->dst_strides, dtype_bytes(c->dst_dtype))))
+      return "dst";
+  }
+  return NULL;
+}
+
 static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned smem, void *stream, void **params, void **extra) {
   CUresult r = need_context();
@@ -390,9 +470,14 @@ static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
       (uint64_t)bx * by * bz > 1024 || (int64_t)smem > library_smem[handle_find(libraries, (uintptr_t)fn)] ||
       (!params && !extra))
     return E_INVALID_VALUE;
-  if (trace_level() == 2)
-    fprintf(stderr, "fake_libcuda: launch of library %llu: grid %u x %u x %u, block %u x %u x %u, %u bytes of shared "
-            "memory\n", (unsigned long long)(uintptr_t)fn, gx, gy, gz, bx, by, bz, smem);
+  const int lib = handle_find(libraries, (uintptr_t)fn);
+  const char *outside = library_image[lib][0] ? check_launch_args(library_image[lib], params) : NULL;
+  if (trace_level() == 2 || (outside && trace_level()))
+    fprintf(stderr, "fake_libcuda: launch of library %llu%s%s: grid %u x %u x %u, block %u x %u x %u, %u bytes of "
+            "shared memory%s%s\n", (unsigned long long)(uintptr_t)fn, library_image[lib][0] ? " " : "",
+            library_image[lib], gx, gy, gz, bx, by, bz, smem, outside ? "; refused: reaches past its buffer: " : "",
+            outside ? outside : "");
+  if (outside) return E_INVALID_VALUE;
   launches[current_device()]++;
   return OK; /* the kernel "ran" */
 }
@@ -590,7 +675,7 @@ static CUresult tensor_map_encode(void *map, int dtype, uint32_t rank, void *add
     for (uint32_t i = 1; i < rank; i++)
       if (__builtin_mul_overflow(dims[i] - 1, strides[i - 1], &term) || __builtin_add_overflow(span, term, &span))
         span = UINT64_MAX >> 1;
-    if (check_range((uint64_t)(uintptr_t)address, span) != OK) why = "it reaches past the end of its allocation";
+    if (check_declared((uint64_t)(uintptr_t)address, span) != OK) why = "it reaches past the end of its buffer";
   }
   if (trace_level() == 2 || (why && trace_level())) {
     fprintf(stderr, "fake_libcuda: cuTensorMapEncodeTiled %s%s (dtype %d, rank %u, swizzle %d, span %llu,",
@@ -684,6 +769,19 @@ static int read_counter(const int *c) {
 }
 /* Device allocations not yet freed. */
 EXPORT int fake_cuda_live_allocations(void) { return read_counter(&live_allocations); }
+/* Declares [p, p + bytes) one of the test's buffers (check_declared); bytes 0 forgets them all. */
+EXPORT int fake_cuda_declare(const void *p, size_t bytes) {
+  pthread_mutex_lock(&lock);
+  int ok = 1;
+  if (!bytes)
+    declared_count = 0;
+  else if (declared_count < FAKE_MAX_DECLARED)
+    declared[declared_count].lo = (uintptr_t)p, declared[declared_count++].hi = (uintptr_t)p + bytes;
+  else
+    ok = 0;
+  pthread_mutex_unlock(&lock);
+  return ok;
+}
 /* Libraries loaded and not unloaded; successful loads in all. */
 EXPORT int fake_cuda_live_libraries(void) { return read_counter(&live_libraries); }
 EXPORT int fake_cuda_library_loads(void) { return read_counter(&library_loads); }

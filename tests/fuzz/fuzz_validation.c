@@ -25,6 +25,7 @@
  * finding, as is KILN_ERROR_INTERNAL anywhere: the harness aborts with kiln's message. Nothing
  * runs on the fake, so no kernel's reads or writes are checked.
  */
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,17 @@ static const pass *P;
  * nothing runs and validation costs the same at any size, so the size of the arenas is the only
  * bound (which lets the fuzzer reach what kiln decides by counting tiles against SMs). */
 static int cheap(int64_t work, int64_t limit) { return P->here != kDLCPU || work <= limit; }
+
+/* On the fake GPU each buffer an op may touch is declared to the fake (its fake_cuda_declare),
+ * which then holds every kernel operand and TMA descriptor to the declared buffers: an operand a
+ * stride too long is caught wherever it lies, not only past the end of the arena. */
+static int (*fake_declare)(const void *p, size_t bytes);
+static void declare(const void *p, size_t bytes) {
+  if (P->here == kDLCUDA && bytes && !fake_declare(p, bytes)) {
+    fprintf(stderr, "fuzz_validation: the fake's table of declared buffers is full\n");
+    abort();
+  }
+}
 
 /* A status kiln must never return for this input (see the top of the file). With FUZZ_TRACE set
  * in the environment every call's status and message is printed (to see how far a seed gets). */
@@ -138,7 +150,9 @@ static int extent_fits(const DLTensor *t) {
   }
   if (!t->data) return 0;
   uintptr_t lo = (uintptr_t)t->data + t->byte_offset, end = lo + (uintptr_t)((hi + 1) * bytes);
-  return lo >= (uintptr_t)P->arena && end <= (uintptr_t)P->arena + ARENA_BYTES;
+  if (lo < (uintptr_t)P->arena || end > (uintptr_t)P->arena + ARENA_BYTES) return 0;
+  declare((const void *)lo, end - lo);
+  return 1;
 }
 
 /* Element count, saturating at 2^40. */
@@ -169,6 +183,7 @@ static void fuzz_attention(kiln_context *ctx, reader *r, const DLTensor *const t
   /* work ~ numel(q) · Sk · (D + Dv) <= numel(q) · numel(k) · 2: keep it under ~1M */
   if (t[0] && t[1] && !cheap(pair_work(t[0], t[1]), 1 << 20)) return;
   CHECK(kiln_attention(ctx, t[0], t[1], t[2], t[3], t[4], &o, NULL));
+  if (ws <= WORKSPACE_BYTES) declare(P->workspace, ws);
   if (ws <= WORKSPACE_BYTES)
     CHECK(kiln_attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], P->workspace, ws, &o,
                                   NULL));
@@ -211,6 +226,8 @@ static void fuzz_qweight(kiln_context *ctx, reader *r, const DLTensor *const t[9
     qw.scales = (uint16_t *)(P->qarena + off), off += (sb + 255) & ~(size_t)255;
     qw.zeros = P->qarena + off, off += (zb + 255) & ~(size_t)255;
     qw.perm = (flags >> 3) & 1 ? (int32_t *)(P->qarena + off) : NULL;
+    declare(qw.codes, cb), declare(qw.scales, sb), declare(qw.zeros, zb);
+    if (qw.perm) declare(qw.perm, pb);
   }
   for (int i = 0; i < 5; i++)
     if (t[i] && !extent_fits(t[i])) return;
@@ -247,6 +264,8 @@ static int make_w16_weight(reader *r, int64_t k_hint, size_t *used, kiln_qweight
   qw->zeros = p, p += (zb + 255) & ~(size_t)255;
   qw->perm = (flags >> 4) & 1 ? (int32_t *)p : NULL;
   *used += need;
+  declare(qw->codes, cb), declare(qw->scales, sb), declare(qw->zeros, zb);
+  if (qw->perm) declare(qw->perm, pb);
   if ((flags >> 5) & 1)
     for (size_t i = 0; i < zb; i++) qw->zeros[i] %= 17;
   if (qw->perm && ((flags >> 6) & 1))
@@ -278,6 +297,7 @@ static void fuzz_w16(kiln_context *ctx, reader *r, const DLTensor *const t[9], i
   size_t ws_bytes = (size_t)take(r, 2) << ((a >> 4) & 7);
   /* on the GPU a workspace is used: say no more than there is (a lie is outside the contract) */
   if (P->here == kDLCUDA && ws_bytes > SCRATCH_BYTES) ws_bytes = SCRATCH_BYTES;
+  if ((a >> 6) & 1) declare(P->scratch, ws_bytes);
   if (!qkv) {
     CHECK(kiln_matmul_int4_workspace_size(ctx, t[0], &w[0], t[2], (a >> 7) & 1 ? NULL : &ws));
     kiln_matmul_int4_opts o = kiln_matmul_int4_opts_default();
@@ -300,6 +320,7 @@ static void fuzz_w16(kiln_context *ctx, reader *r, const DLTensor *const t[9], i
 
 static void run(const uint8_t *data, size_t size) {
   kiln_context *ctx = P->ctx;
+  if (P->here == kDLCUDA) fake_declare(NULL, 0); /* this input's buffers only */
   reader r = {data, size};
   fuzz_tensor f[9];
   for (int i = 0; i < 5; i++) read_tensor(&r, &f[i]);
@@ -346,6 +367,7 @@ static void run(const uint8_t *data, size_t size) {
   CHECK(kiln_matmul(ctx, t[0], t[1], t[2], &o, NULL));
   CHECK(kiln_cast(ctx, t[0], t[2], NULL));
   CHECK(kiln_tensor_copy(ctx, t[0], t[2], NULL));
+  if (ws <= WORKSPACE_BYTES) declare(P->workspace, ws);
   if (ws <= WORKSPACE_BYTES)
     CHECK(kiln_matmul_backward(ctx, t[0], t[1], t[2], t[3], t[4], P->workspace, ws, &o, NULL));
 }
@@ -379,6 +401,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   if (kiln_context_create(kDLCPU, 0, &passes[0].ctx) != KILN_OK) abort();
   setenv("KILN_LIBCUDA", FUZZ_FAKE_LIBCUDA, 1);
+  void *fake = dlopen(FUZZ_FAKE_LIBCUDA, RTLD_NOW); /* kiln's own dlopen then shares it */
+  fake_declare = fake ? (int (*)(const void *, size_t))dlsym(fake, "fake_cuda_declare") : NULL;
+  if (!fake_declare) {
+    fprintf(stderr, "fuzz_validation: no fake_cuda_declare in %s\n", FUZZ_FAKE_LIBCUDA);
+    abort();
+  }
   for (int i = 1; i < PASSES; i++) {
     setenv("FAKE_CUDA_CC", fake_devices[i - 1][0], 1);
     setenv("FAKE_CUDA_SMS", fake_devices[i - 1][1], 1);
