@@ -449,6 +449,35 @@ static const char *check_launch_args(const char *image, void **params) {
       return "row_scale";
     if (g->col_scale && check_declared((uintptr_t)g->col_scale, matrix_bytes(1, 0, g->n, g->col_scale_stride, 1, 0, 4)))
       return "col_scale";
+  } else if (!strncmp(image, "attention", 9)) { /* every attention image: kiln_attn_args */
+    const kiln_attn_args *t = args;
+    const struct {
+      const void *p;
+      int64_t heads, rows, cols;
+      const int64_t *st; /* bs, hs, ss, ds */
+      int32_t dtype;
+      const char *name;
+    } ops[8] = {
+        {t->q, t->hq, t->sq, t->d, &t->q_bs, t->in_dtype, "q"},
+        {t->k, t->hkv, t->sk, t->d, &t->k_bs, t->in_dtype, "k"},
+        {t->v, t->hkv, t->sk, t->dv_dim, &t->v_bs, t->in_dtype, "v"},
+        {t->o, t->hq, t->sq, t->dv_dim, &t->o_bs, t->o_dtype, "o"},
+        {t->dout, t->hq, t->sq, t->dv_dim, &t->do_bs, t->do_dtype, "dout"},
+        {t->dq, t->hq, t->sq, t->d, &t->dq_bs, t->dq_dtype, "dq"},
+        {t->dk, t->hkv, t->sk, t->d, &t->dk_bs, t->dk_dtype, "dk"},
+        {t->dv, t->hkv, t->sk, t->dv_dim, &t->dv_bs, t->dv_dtype, "dv"},
+    };
+    for (int i = 0; i < 8; i++) {
+      const int64_t n[4] = {t->batch, ops[i].heads, ops[i].rows, ops[i].cols};
+      if (ops[i].p && check_declared((uintptr_t)ops[i].p, extent(4, n, ops[i].st, dtype_bytes(ops[i].dtype))))
+        return ops[i].name;
+    }
+    const int64_t rows = (int64_t)t->batch * t->hq * t->sq;
+    if (t->lse && check_declared((uintptr_t)t->lse, matrix_bytes(t->batch, t->lse_bs, t->hq, t->lse_hs, t->sq, 1, 4)))
+      return "lse";
+    if (t->delta && check_declared((uintptr_t)t->delta, (uint64_t)rows * 4)) return "delta";
+    if (t->do_copy && check_declared((uintptr_t)t->do_copy, (uint64_t)rows * t->dv_dim * dtype_bytes(t->in_dtype)))
+      return "do_copy";
   } else if (!strcmp(image, "cast")) {
     const kiln_cast_args *c = args;
     if (c->count && check_declared((uintptr_t)c->src, extent(4, c->shape, c->src_strides, dtype_bytes(c->src_dtype))))
