@@ -99,8 +99,9 @@ kiln_status kiln_tensor_empty(kiln_context *ctx, int32_t ndim, const int64_t *sh
     free(t);
     char sh[160];
     const DLTensor view = {.ndim = ndim, .shape = (int64_t *)(uintptr_t)shape};
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: shape %s of %s is more than the 2^63 - 513 bytes kiln can allocate",
-                     op, kiln_shape_str(&view, sh, sizeof sh), kiln_dtype_name(dtype, dn));
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: shape %s of %s is more than the 2^63 - 513 bytes kiln can allocate", op,
+                     kiln_shape_str(&view, sh, sizeof sh), kiln_dtype_name(dtype, dn));
   }
   for (int d = 0; d < ndim; d++) t->dims[d] = shape[d];
   int64_t stride = 1;

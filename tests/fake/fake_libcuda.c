@@ -289,13 +289,13 @@ static CUresult fake_device_attribute(int *value, int attrib, int dev) {
   CUresult r = need_device(dev);
   if (r != OK) return r;
   switch (attrib) {
-  case 16: *value = sm_count(); break;      /* MULTIPROCESSOR_COUNT */
-  case 38: *value = 50 << 20; break;        /* L2_CACHE_SIZE */
-  case 41: *value = 1; break;               /* UNIFIED_ADDRESSING */
+  case 16: *value = sm_count(); break;                /* MULTIPROCESSOR_COUNT */
+  case 38: *value = 50 << 20; break;                  /* L2_CACHE_SIZE */
+  case 41: *value = 1; break;                         /* UNIFIED_ADDRESSING */
   case 75: *value = compute_capability() / 10; break; /* COMPUTE_CAPABILITY_MAJOR */
   case 76: *value = compute_capability() % 10; break; /* COMPUTE_CAPABILITY_MINOR */
   case 97: *value = smem_optin(); break;              /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
-  default: return E_INVALID_VALUE;          /* kiln asks for nothing else; a new query shows up here */
+  default: return E_INVALID_VALUE; /* kiln asks for nothing else; a new query shows up here */
   }
   return OK;
 }
@@ -353,7 +353,8 @@ static CUresult library_load(void **lib, const void *code) {
   library_loads++, library_smem[i] = 48 << 10;
   static const char tag[] = "kiln placeholder image: ";
   library_image[i][0] = '\0';
-  if (!memcmp(code, tag, sizeof tag - 1)) snprintf(library_image[i], sizeof library_image[i], "%s", (const char *)code + sizeof tag - 1);
+  if (!memcmp(code, tag, sizeof tag - 1))
+    snprintf(library_image[i], sizeof library_image[i], "%s", (const char *)code + sizeof tag - 1);
   return OK;
 }
 static CUresult fake_library_load_data(void **lib, const void *code, int *jo, void **jv, unsigned njo, int *lo,
@@ -436,7 +437,8 @@ static const char *check_launch_args(const char *image, void **params) {
     const kiln_gemm_args *g = args;
     if (check_declared((uintptr_t)g->a, matrix_bytes(g->batch, g->a_bs, g->m, g->a_rs, g->k, g->a_cs, 2))) return "A";
     if (check_declared((uintptr_t)g->b, matrix_bytes(g->batch, g->b_bs, g->k, g->b_rs, g->n, g->b_cs, 2))) return "B";
-    if (check_declared((uintptr_t)g->c, matrix_bytes(g->batch, g->c_bs, g->m, g->c_rs, g->n, 1, dtype_bytes(g->c_dtype))))
+    if (check_declared((uintptr_t)g->c,
+                       matrix_bytes(g->batch, g->c_bs, g->m, g->c_rs, g->n, 1, dtype_bytes(g->c_dtype))))
       return "C";
   } else if (!strcmp(image, "gemm_int8_sm80") || !strcmp(image, "gemm_int8_sm90")) {
     const kiln_int8_args *g = args;
