@@ -185,9 +185,6 @@ static bool wide_wins(const kiln_attn_args *a) {
   return padded_dim(a->d) == 64 && a->sk >= (a->causal ? KILN_ATTN_WD_CAUSAL_MIN_SK : KILN_ATTN_WD_MIN_SK);
 }
 
-/* FLASH and AUTO: WGMMA where it fits, else MMA_SYNC where the tensor cores can take the problem,
- * else the CUDA-core kernels; the explicit FLASH_WGMMA, FLASH_MMA_SYNC and SMEM (WGMMA's
- * short-sequence forward) run their family or say why not. */
 /* Shared memory the sm_80 tensor-core kernels take at padded head dim dp: the forward's, or the
  * larger of the backward's two. sm_86 and sm_89 grant a block 99 KB, less than the backward's dQ
  * kernel at D = 128 (102 KB) and both its kernels at D = 256 (132 KB); sm_80 and sm_90 grant
@@ -198,8 +195,10 @@ static size_t mma_sync_smem(int dp, bool backward) {
   return kv > q ? kv : q;
 }
 
-/* The kernel family for the forward or the backward: the named one, or for AUTO and FLASH the
- * fastest that takes the problem on this device (the CUDA-core kernels take every problem). */
+/* The family for the forward or the backward. FLASH and AUTO: WGMMA where it fits, else MMA_SYNC
+ * where the tensor cores can take the problem and the device holds its shared memory, else the
+ * CUDA-core kernels; the explicit FLASH_WGMMA, FLASH_MMA_SYNC and SMEM (WGMMA's short-sequence
+ * forward) run their family or say why not. */
 static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo, bool backward,
                           family *f) {
   kiln_status st = check_grid(op, a);
