@@ -87,12 +87,7 @@ kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const 
                                   : bn == 128 ? KILN_K_GEMM_wgmma128_i8_KK
                                               : KILN_K_GEMM_wgmma64_i8_KK;
     /* C through shared memory and TMA stores where it can (kiln_wgmma_c_staged; no beta here) */
-    const DLDataType cdt = {.code = p.c_dtype == KILN_DT_F32    ? kDLFloat
-                                    : p.c_dtype == KILN_DT_BF16 ? kDLBfloat
-                                                                : kDLFloat,
-                            .bits = p.c_dtype == KILN_DT_F32 ? 32 : 16,
-                            .lanes = 1};
-    const kiln_matrix C = kiln_matrix_strided(p.c, cdt, p.batch, p.m, p.n, p.c_bs, p.c_rs, p.c_cs);
+    const kiln_matrix C = kiln_matrix_strided(p.c, kiln_dt_dtype(p.c_dtype), p.batch, p.m, p.n, p.c_bs, p.c_rs, p.c_cs);
     p.c_staged = kiln_wgmma_c_staged(&C, 0.f);
     return kiln_wgmma_launch(ctx, op, kernel, &A, &B, p.c_staged ? &C : NULL, bn, false, items, &p, stream);
   }

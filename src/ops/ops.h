@@ -15,6 +15,11 @@ static inline int kiln_dt_code(DLDataType t) {
   if (KILN_IS_BF16(t)) return KILN_DT_BF16;
   return -1;
 }
+/* The DLPack dtype of a KILN_DT_* code (kiln_dt_code's inverse). */
+static inline DLDataType kiln_dt_dtype(int code) {
+  return (DLDataType){.code = code == KILN_DT_BF16 ? kDLBfloat : kDLFloat, .bits = code == KILN_DT_F32 ? 32 : 16,
+                      .lanes = 1};
+}
 
 /* A float (f32/f16/bf16) matrix argument of shape [batch?, rows, cols] (src/ops/checks.c); an
  * output must also not overlap itself across batches (an input may broadcast with batch stride 0). */

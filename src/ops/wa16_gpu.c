@@ -289,8 +289,7 @@ static int w4_rows(const kiln_context *ctx, const kiln_int4_args *a, int count) 
 /* x as the kernel's wgmma B operand: [M][K], k-major (the kiln_matrix view's strides: a single
  * row's leading dimension already K) */
 static kiln_matrix w4_x(const kiln_int4_args *a) {
-  const DLDataType dt = {.code = a->x_dtype == KILN_DT_BF16 ? kDLBfloat : kDLFloat, .bits = 16, .lanes = 1};
-  return kiln_matrix_strided(a->x, dt, 1, a->m, a->k, 0, a->x_rs, a->x_cs);
+  return kiln_matrix_strided(a->x, kiln_dt_dtype(a->x_dtype), 1, a->m, a->k, 0, a->x_rs, a->x_cs);
 }
 
 /* What every launch of the kernel needs of x and the problem sizes: x row-major with 16-byte rows
