@@ -72,18 +72,11 @@ kiln_status kiln_check_int4_weight(const kiln_context *ctx, const char *op, cons
                      "%s: %s->%s is NULL; point codes, scales and zeros at the native buffers (sizes from "
                      "kiln_qweight_bytes)",
                      op, arg, !w->codes ? "codes" : !w->scales ? "scales" : "zeros");
-  char dv[48];
-  if (!kiln_device_usable(ctx, w->device)) {
-    if (ctx->device_type == kDLCPU)
-      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                       "%s: %s->device is %s but the context is the CPU's; use a CUDA context for a weight in "
-                       "GPU memory (or set device to {kDLCPU, 0} for host buffers)",
-                       op, arg, kiln_device_str(w->device, dv));
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: %s->device is %s but the context is for kDLCUDA:%d; copy the weight's buffers to "
-                     "cuda:%d or use that device's context",
-                     op, arg, kiln_device_str(w->device, dv), ctx->ordinal, ctx->ordinal);
-  }
+  kiln_status st = kiln_check_device(ctx, op, arg, "->device is", w->device,
+                                     "use a CUDA context for a weight in GPU memory (or set device to {kDLCPU, 0} "
+                                     "for host buffers)",
+                                     "copy the weight's buffers");
+  if (st) return st;
   if (w->k != k) {
     char sh[160];
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,

@@ -84,19 +84,8 @@ static kiln_status check_qweight(const kiln_context *ctx, const char *op, const 
                      "%s: %s->%s is NULL; point codes, scales and zeros at buffers of the sizes "
                      "kiln_qweight_bytes gives",
                      op, arg, !qw->codes ? "codes" : !qw->scales ? "scales" : "zeros");
-  char dv[48];
-  if (!kiln_device_usable(ctx, qw->device)) {
-    if (ctx->device_type == kDLCPU)
-      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                       "%s: %s->device is %s but the context is the CPU's; set device to {kDLCPU, 0} for host "
-                       "buffers",
-                       op, arg, kiln_device_str(qw->device, dv));
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: %s->device is %s but the context is for kDLCUDA:%d; copy the weight's buffers to cuda:%d "
-                     "or use that device's context",
-                     op, arg, kiln_device_str(qw->device, dv), ctx->ordinal, ctx->ordinal);
-  }
-  return KILN_OK;
+  return kiln_check_device(ctx, op, arg, "->device is", qw->device, "set device to {kDLCPU, 0} for host buffers",
+                           "copy the weight's buffers");
 }
 
 static kiln_status cpu_only(const kiln_context *ctx, const char *op) {

@@ -209,24 +209,19 @@ kiln_status kiln_tensor_copy(kiln_context *ctx, const DLTensor *src, const DLTen
   if (!is_compact(src) || !is_compact(dst))
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not compact row-major; copy supports compact tensors only",
                      op, is_compact(src) ? "dst" : "src");
-  /* each side host memory (kDLCPU, kDLCUDAHost) or, on a CUDA context, its own GPU's */
+  /* each side host memory (kDLCPU, kDLCUDAHost, on any context) or the context's own GPU */
   for (int i = 0; i < 2; i++) {
     const DLDevice d = t[i]->device;
-    if (d.device_type == kDLCPU || d.device_type == kDLCUDAHost || kiln_device_usable(ctx, d)) continue;
-    if (ctx->device_type == kDLCPU)
+    if (d.device_type == kDLCPU || d.device_type == kDLCUDAHost) continue;
+    if (ctx->device_type != kDLCPU && d.device_type != kDLCUDA)
       return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                       "%s: %s is on %s but the context is the CPU's, which copies host memory only; use a CUDA "
-                       "context to copy to or from a GPU",
-                       op, name[i], kiln_device_str(d, da));
-    if (d.device_type == kDLCUDA)
-      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                       "%s: %s is on %s but the context is for kDLCUDA:%d; move the tensor to cuda:%d or use "
-                       "that device's context",
-                       op, name[i], kiln_device_str(d, da), ctx->ordinal, ctx->ordinal);
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: %s is on %s; kiln_tensor_copy copies between host memory (kDLCPU, kDLCUDAHost) and the "
-                     "context's GPU (kDLCUDA:%d)",
-                     op, name[i], kiln_device_str(d, da), ctx->ordinal);
+                       "%s: %s is on %s; kiln_tensor_copy copies between host memory (kDLCPU, kDLCUDAHost) and the "
+                       "context's GPU (kDLCUDA:%d)",
+                       op, name[i], kiln_device_str(d, da), ctx->ordinal);
+    if ((st = kiln_check_device(ctx, op, name[i], " is on", d,
+                                "it copies host memory only: use a CUDA context to copy to or from a GPU",
+                                "move the tensor")))
+      return st;
   }
   for (int i = 0; i < 2; i++)
     if (!t[i]->data)

@@ -76,19 +76,23 @@ bool kiln_device_usable(const kiln_context *ctx, DLDevice d) {
   return d.device_type == kDLCUDA && d.device_id == ctx->ordinal;
 }
 
+kiln_status kiln_check_device(const kiln_context *ctx, const char *op, const char *arg, const char *verb, DLDevice d,
+                              const char *cpu_fix, const char *gpu_fix) {
+  if (kiln_device_usable(ctx, d)) return KILN_OK;
+  char dv[48];
+  if (ctx->device_type == kDLCPU)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s%s %s but the context is the CPU's; %s", op, arg, verb,
+                     kiln_device_str(d, dv), cpu_fix);
+  return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                   "%s: %s%s %s but the context is for kDLCUDA:%d; %s to cuda:%d or use that device's context", op,
+                   arg, verb, kiln_device_str(d, dv), ctx->ordinal, gpu_fix, ctx->ordinal);
+}
+
 kiln_status kiln_check_tensor(const kiln_context *ctx, const char *op, const char *arg, const DLTensor *t) {
   if (!t) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a DLTensor", op, arg);
-  char dv[48];
-  if (!kiln_device_usable(ctx, t->device)) {
-    if (ctx->device_type == kDLCPU)
-      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                       "%s: %s is on %s but the context is the CPU's; use a CUDA context for GPU tensors", op, arg,
-                       kiln_device_str(t->device, dv));
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: %s is on %s but the context is for kDLCUDA:%d; move the tensor to cuda:%d or use "
-                     "that device's context",
-                     op, arg, kiln_device_str(t->device, dv), ctx->ordinal, ctx->ordinal);
-  }
+  kiln_status st =
+      kiln_check_device(ctx, op, arg, " is on", t->device, "use a CUDA context for GPU tensors", "move the tensor");
+  if (st) return st;
   if (t->ndim < 0 || t->ndim > KILN_MAX_NDIM)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s has ndim %d; expected 0..%d", op, arg, (int)t->ndim,
                      KILN_MAX_NDIM);

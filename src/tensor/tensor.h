@@ -32,6 +32,11 @@ const char *kiln_device_str(DLDevice d, char buf[48]);
 /* Memory the context's ops may use: host memory (kDLCPU, kDLCUDAHost) on the CPU's, its own
  * GPU (kDLCUDA with its ordinal) on a CUDA context. */
 bool kiln_device_usable(const kiln_context *ctx, DLDevice d);
+/* KILN_OK when usable, else INVALID_ARGUMENT: "<op>: <arg><verb> <device> but the context is the
+ * CPU's; <cpu_fix>" or "... is for kDLCUDA:n; <gpu_fix> to cuda:n or use that device's context".
+ * verb: " is on" (a tensor) or "->device is" (a weight). Nothing is formatted unless it fails. */
+kiln_status kiln_check_device(const kiln_context *ctx, const char *op, const char *arg, const char *verb, DLDevice d,
+                              const char *cpu_fix, const char *gpu_fix);
 
 /* The element stride of dimension d (compact row-major when strides == NULL). */
 int64_t kiln_tensor_stride(const DLTensor *t, int d);
