@@ -20,6 +20,7 @@
  * backward has one configuration per family: SMEM's is FLASH_WGMMA's.
  */
 #include <inttypes.h>
+#include <stdio.h>
 
 #include "ops.h"
 
@@ -225,13 +226,13 @@ static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_at
   }
   const size_t smem = mma_sync_smem(padded_dim(a->d), backward);
   if (smem > ctx->info.smem_per_block_optin) {
-    if (named)
-      return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                       "%s: algo FLASH_MMA_SYNC%s needs %zu bytes of shared memory per block at D = %d but %s "
-                       "(sm_%d) grants %zu; use KILN_ATTENTION_AUTO or _FLASH, which take the CUDA-core kernels "
-                       "there",
-                       op, backward ? " (backward)" : "", smem, a->d, ctx->info.name, ctx->arch,
-                       ctx->info.smem_per_block_optin);
+    if (named) {
+      char fix[128];
+      snprintf(fix, sizeof fix, "use KILN_ATTENTION_AUTO or _FLASH, which take the CUDA-core kernels at D = %d",
+               a->d);
+      return kiln_smem_refusal(ctx, op, backward ? "algo FLASH_MMA_SYNC (backward)" : "algo FLASH_MMA_SYNC", smem,
+                               fix);
+    }
     *f = FAMILY_SIMT;
     return KILN_OK;
   }

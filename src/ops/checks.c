@@ -45,6 +45,12 @@ kiln_status kiln_check_float_matrix(const kiln_context *ctx, const char *op, con
   return output ? kiln_check_output_matrix(op, arg, m) : KILN_OK;
 }
 
+kiln_status kiln_smem_refusal(const kiln_context *ctx, const char *op, const char *what, size_t need, const char *fix) {
+  return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                   "%s: %s needs %zu bytes of shared memory per block but %s (sm_%d) grants %zu; %s", op, what, need,
+                   ctx->info.name, ctx->arch, ctx->info.smem_per_block_optin, fix);
+}
+
 kiln_status kiln_check_size_query(const kiln_context *ctx, const char *op, size_t *bytes) {
   kiln_status st = kiln_check_context(ctx, op);
   if (st) return st;

@@ -143,14 +143,10 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
                      "stride multiples of 8 elements) but A has ld %" PRId64 " and B has ld %" PRId64
                      "; use KILN_MATMUL_AUTO or _MMA_SYNC, or pad the leading dimension to a multiple of 8",
                      op, kiln_matrix_ld(&A), kiln_matrix_ld(&B));
-  if ((algo == KILN_MATMUL_CP_ASYNC && !cpa_fits) ||
-      (algo == KILN_MATMUL_MMA_SYNC && ctx->info.smem_per_block_optin < mma_smem))
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: algo %s needs %zu bytes of shared memory per block but %s (sm_%d) grants %zu; use "
-                     "KILN_MATMUL_AUTO%s",
-                     op, algo_name(algo), algo == KILN_MATMUL_CP_ASYNC ? cpa_smem : mma_smem, ctx->info.name,
-                     ctx->arch, ctx->info.smem_per_block_optin,
-                     algo == KILN_MATMUL_CP_ASYNC ? " or _MMA_SYNC" : " or a CPU context");
+  if (algo == KILN_MATMUL_CP_ASYNC && !cpa_fits)
+    return kiln_smem_refusal(ctx, op, "algo CP_ASYNC", cpa_smem, "use KILN_MATMUL_AUTO or _MMA_SYNC");
+  if (algo == KILN_MATMUL_MMA_SYNC && ctx->info.smem_per_block_optin < mma_smem)
+    return kiln_smem_refusal(ctx, op, "algo MMA_SYNC", mma_smem, "use a CPU context for products on this device");
 
   const bool cpa = algo == KILN_MATMUL_CP_ASYNC, wg = algo == KILN_MATMUL_WGMMA;
   const int bm = wg ? KILN_GEMM_WG_BM : cpa ? KILN_GEMM_CPA_BM : KILN_GEMM_MMA_BM;

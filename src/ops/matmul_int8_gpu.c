@@ -97,10 +97,8 @@ kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const 
   const size_t mma_smem = (size_t)KILN_GEMM_I8_SMEM_BYTES(2, KILN_GEMM_I8_MMA_BK);
   const bool cpa = a_k && b_k && aligned && ctx->info.smem_per_block_optin >= cpa_smem;
   if (!cpa && ctx->info.smem_per_block_optin < mma_smem)
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: the int8 kernel needs %zu bytes of shared memory per block but %s grants %zu; use a CPU "
-                     "context for int8 products on this device",
-                     op, mma_smem, ctx->info.name, ctx->info.smem_per_block_optin);
+    return kiln_smem_refusal(ctx, op, "the int8 kernel", mma_smem,
+                             "use a CPU context for int8 products on this device");
 
   const int64_t tiles = (((int64_t)p.m + KILN_GEMM_I8_BM - 1) / KILN_GEMM_I8_BM) *
                         (((int64_t)p.n + KILN_GEMM_I8_BN - 1) / KILN_GEMM_I8_BN);

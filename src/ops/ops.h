@@ -28,6 +28,9 @@ kiln_status kiln_check_float_matrix(const kiln_context *ctx, const char *op, con
 /* The start of every *_workspace_size query: a valid context and somewhere to put the answer
  * (which the query writes only as it sees fit: attention's leaves it untouched on an error). */
 kiln_status kiln_check_size_query(const kiln_context *ctx, const char *op, size_t *bytes);
+/* UNSUPPORTED: "<op>: <what> needs <need> bytes of shared memory per block but <device> (sm_N)
+ * grants <optin>; <fix>", for a kernel whose shared memory the device cannot give a block. */
+kiln_status kiln_smem_refusal(const kiln_context *ctx, const char *op, const char *what, size_t need, const char *fix);
 /* INVALID_ARGUMENT naming both when an output's byte span meets an input's (or another output's). */
 kiln_status kiln_check_disjoint(const char *op, const char *out_name, const void *out, int64_t out_bytes,
                                 const char *in_name, const void *in, int64_t in_bytes);
