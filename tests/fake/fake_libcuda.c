@@ -426,6 +426,56 @@ static uint64_t matrix_bytes(int64_t batch, int64_t bs, int64_t rows, int64_t rs
 }
 static int dtype_bytes(int32_t dt) { return dt == KILN_DT_F32 ? 4 : 2; }
 
+/* kiln's native int4 weight of kiln.h: codes u32 [k / 8][n], scales f16 and zeros u8
+ * [k / group][n], perm i32 [k]; a NULL part is not read (the int8 problems of w4_prefill_sm90) */
+static const char *check_int4_weight(const uint32_t *codes, const uint16_t *scales, const uint8_t *zeros,
+                                     const int32_t *perm, int64_t k, int64_t n, int64_t group) {
+  const int64_t groups = group > 0 ? k / group : 0;
+  if (codes && check_declared((uintptr_t)codes, matrix_bytes(1, 0, k / 8, n, n, 1, 4))) return "codes";
+  if (scales && check_declared((uintptr_t)scales, matrix_bytes(1, 0, groups, n, n, 1, 2))) return "scales";
+  if (zeros && check_declared((uintptr_t)zeros, matrix_bytes(1, 0, groups, n, n, 1, 1))) return "zeros";
+  if (perm && check_declared((uintptr_t)perm, matrix_bytes(1, 0, 1, 0, k, 1, 4))) return "perm";
+  return NULL;
+}
+/* A W·A16 product's x [m][k] and y [m][n] */
+static const char *check_x_y(const void *x, int64_t x_rs, int64_t x_cs, int32_t x_dtype, const void *y, int64_t y_rs,
+                             int64_t y_cs, int32_t y_dtype, int64_t m, int64_t k, int64_t n) {
+  if (x && check_declared((uintptr_t)x, matrix_bytes(1, 0, m, x_rs, k, x_cs, dtype_bytes(x_dtype)))) return "x";
+  if (y && check_declared((uintptr_t)y, matrix_bytes(1, 0, m, y_rs, n, y_cs, dtype_bytes(y_dtype)))) return "y";
+  return NULL;
+}
+static const char *check_int4_args(const kiln_int4_args *a) {
+  const char *bad = check_x_y(a->x, a->x_rs, a->x_cs, a->x_dtype, a->y, a->y_rs, a->y_cs, a->y_dtype, a->m, a->k, a->n);
+  return bad ? bad : check_int4_weight(a->codes, a->scales, a->zeros, a->perm, a->k, a->n, a->group);
+}
+/* An int8 weight [k][n] and its n scales (scale_stride 0: one) */
+static const char *check_int8_weight(const kiln_qkv_proj *p, int64_t k) {
+  if (p->w && check_declared((uintptr_t)p->w, matrix_bytes(1, 0, k, p->w_rs, p->n, p->w_cs, 1))) return "w";
+  if (p->scale &&
+      check_declared((uintptr_t)p->scale, matrix_bytes(1, 0, p->scale_stride ? p->n : 1, p->scale_stride, 1, 0, 4)))
+    return "scale";
+  return NULL;
+}
+/* A fused QKV call: x and each non-empty projection's weight and output ("k.scales": the key
+ * projection's scales; the kernel has not run, so the lock keeps `where` ours until printed) */
+static const char *check_qkv_args(const kiln_qkv_args *q) {
+  static char where[16];
+  for (int i = 0; i < 3; i++) {
+    const kiln_qkv_proj *p = &q->proj[i];
+    if (p->n <= 0) continue;
+    const char *bad = check_x_y(q->x, q->x_rs, q->x_cs, q->x_dtype, p->y, p->y_rs, p->y_cs, q->y_dtype, q->m, q->k, p->n);
+    if (!bad) bad = check_int4_weight(p->codes, p->scales, p->zeros, p->perm, q->k, p->n, p->group);
+    if (!bad) bad = check_int8_weight(p, q->k);
+    if (bad && !strcmp(bad, "x")) return bad;
+    if (bad) return snprintf(where, sizeof where, "%c.%s", "qkv"[i], bad), where;
+  }
+  return NULL;
+}
+/* The dequantized copy's [k][n] of 16-bit elements, rows ld apart */
+static const char *check_workspace(void *const *ws, int64_t k, int64_t n, const int64_t *ld) {
+  return check_declared((uintptr_t)*ws, matrix_bytes(1, 0, k, *ld, n, 1, 2)) ? "ws" : NULL;
+}
+
 /* What a kernel of an image whose arguments the fake knows reads and writes, against the
  * buffers its pointers fall in (check_declared): the fuzz build's guard that no shape kiln
  * accepts makes a kernel (which never runs here) address memory outside its buffers. NULL when
@@ -480,6 +530,27 @@ static const char *check_launch_args(const char *image, void **params) {
     if (t->delta && check_declared((uintptr_t)t->delta, (uint64_t)rows * 4)) return "delta";
     if (t->do_copy && check_declared((uintptr_t)t->do_copy, (uint64_t)rows * t->dv_dim * dtype_bytes(t->in_dtype)))
       return "do_copy";
+  } else if (!strcmp(image, "wa16_decode_sm80")) {
+    return check_qkv_args(args);
+  } else if (!strcmp(image, "wa16_decode_sm90")) {
+    return check_qkv_args(&((const kiln_wa16_tma_args *)args)->a);
+  } else if (!strcmp(image, "w4_prefill_sm90")) {
+    const kiln_w4_wgmma_args *w = args;
+    for (int i = 0; i < w->count && i < KILN_W4_WG_PROBLEMS; i++) {
+      const char *bad = check_int4_args(&w->a[i]);
+      if (bad) return bad;
+      if (w->scale[i] && check_declared((uintptr_t)w->scale[i], matrix_bytes(1, 0, w->scale_stride[i] ? w->a[i].n : 1,
+                                                                              w->scale_stride[i], 1, 0, 4)))
+        return "scale";
+    }
+  } else if (!strcmp(image, "w4_dequant")) { /* (kiln_int4_args, ws, cols, ld): x and y unused */
+    const kiln_int4_args *a = args;
+    const char *bad = check_int4_weight(a->codes, a->scales, a->zeros, a->perm, a->k, a->n, a->group);
+    return bad ? bad : check_workspace(params[1], a->k, a->n, params[3]);
+  } else if (!strcmp(image, "w8_dequant")) { /* (kiln_qkv_proj, k, ws, ld) */
+    const int64_t k = *(const int32_t *)params[1];
+    const char *bad = check_int8_weight(args, k);
+    return bad ? bad : check_workspace(params[2], k, ((const kiln_qkv_proj *)args)->n, params[3]);
   } else if (!strcmp(image, "cast")) {
     const kiln_cast_args *c = args;
     if (c->count && check_declared((uintptr_t)c->src, extent(4, c->shape, c->src_strides, dtype_bytes(c->src_dtype))))
