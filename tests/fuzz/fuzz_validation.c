@@ -292,30 +292,45 @@ static void fuzz_w16(kiln_context *ctx, reader *r, const DLTensor *const t[9], i
   if (extra.present && !extent_fits(&extra.t)) return;
   if (t[0] && !cheap(numel(t[0]), 1 << 12)) return; /* int4 work <= numel(x) · n · 3, n < 254 */
   /* PREFILL's workspace: the size query (the op's own checks), and a workspace in opts, which
-   * the CPU path must ignore whatever it says (a scratch buffer, a size from the input) */
-  size_t ws = 0;
+   * the CPU path must ignore whatever it says (a scratch buffer, a size from the input). On the
+   * fake GPU only the bytes the size query asked for are declared, however many the op is
+   * offered: an op uses no more than its query said, which is all a caller allocates. */
+  size_t ws = 0, need = 0;
   size_t ws_bytes = (size_t)take(r, 2) << ((a >> 4) & 7);
+  const int with_ws = (a >> 6) & 1;
   /* on the GPU a workspace is used: say no more than there is (a lie is outside the contract) */
   if (P->here == kDLCUDA && ws_bytes > SCRATCH_BYTES) ws_bytes = SCRATCH_BYTES;
-  if ((a >> 6) & 1) declare(P->scratch, ws_bytes);
   if (!qkv) {
     CHECK(kiln_matmul_int4_workspace_size(ctx, t[0], &w[0], t[2], (a >> 7) & 1 ? NULL : &ws));
+    if (with_ws && kiln_matmul_int4_workspace_size(ctx, t[0], &w[0], t[2], &need) == KILN_OK)
+      declare(P->scratch, ws_bytes < need ? ws_bytes : need);
     kiln_matmul_int4_opts o = kiln_matmul_int4_opts_default();
     o.algo = (kiln_int4_algo)algo;
-    if ((a >> 6) & 1) o.workspace = P->scratch, o.workspace_bytes = ws_bytes;
+    if (with_ws) o.workspace = P->scratch, o.workspace_bytes = ws_bytes;
     if (real) CHECK(kiln_matmul_int4(ctx, t[0], &w[0], t[2], (a >> 3) & 1 ? &o : NULL, NULL));
     return;
   }
   CHECK(kiln_qkv_project_int4_workspace_size(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3],
                                              (a >> 7) & 1 ? NULL : &ws));
+  if (with_ws && kiln_qkv_project_int4_workspace_size(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3], &need) ==
+                     KILN_OK)
+    declare(P->scratch, ws_bytes < need ? ws_bytes : need);
   kiln_qkv_opts o = kiln_qkv_opts_default();
   o.algo = (kiln_qkv_algo)algo;
-  if ((a >> 6) & 1) o.workspace = P->scratch, o.workspace_bytes = ws_bytes;
+  if (with_ws) o.workspace = P->scratch, o.workspace_bytes = ws_bytes;
   if (real) CHECK(kiln_qkv_project_int4(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3], &o, NULL));
+  /* the int8 call's workspace is another buffer, declared as its own query asks */
+  const DLTensor *v = extra.present ? &extra.t : NULL;
+  CHECK(kiln_qkv_project_int8_workspace_size(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], v,
+                                             (a >> 7) & 1 ? NULL : &ws));
+  need = 0;
+  if (with_ws && kiln_qkv_project_int8_workspace_size(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], v,
+                                                      &need) == KILN_OK)
+    declare(P->workspace, ws_bytes < need ? ws_bytes : need);
+  if (with_ws) o.workspace = P->workspace;
   for (int i = 1; i <= 3; i++) /* int8 work <= numel(x) · numel(w) */
     if (t[0] && t[i] && !cheap(pair_work(t[0], t[i]), 1 << 20)) return;
-  CHECK(kiln_qkv_project_int8(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8],
-                              extra.present ? &extra.t : NULL, &o, NULL));
+  CHECK(kiln_qkv_project_int8(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], v, &o, NULL));
 }
 
 static void run(const uint8_t *data, size_t size) {
