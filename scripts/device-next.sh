@@ -1,0 +1,72 @@
+#!/bin/bash
+# What waits for the next device call (written 2026-12-05, after three sessions without one):
+# the GPU checks of main's changes since the last GPU run, then rung p17 of the int4 PREFILL.
+# Each mode fits the device tool's 10-minute limit; run them in order, one call each.
+#
+# Here, before the call (one carry, ~17 MB):
+#   scripts/slim-build.sh build90 build-ladder/slim/head     (build90: sm_90a, tests, up to date)
+#   cd build-ladder && tar czf carry.tgz slim/head slim/w4p-p17full slim/main
+# On the device (carry ["build-ladder/carry.tgz"]):
+#   tar xzf build-ladder/carry.tgz -C /tmp && bash scripts/device-next.sh verify /tmp/slim/head
+#   tar xzf build-ladder/carry.tgz -C /tmp && bash scripts/device-next.sh p17 /tmp/slim/w4p-p17full /tmp/slim/main
+#
+#   verify HEAD      every GPU test program of HEAD's build (the soak excepted), then memcheck of
+#                    test_gpu_matmul's backward tests: the reduce_batch views (commit 0f63a36) are
+#                    the one GPU-visible change not yet run on a GPU (their TMA maps now say
+#                    batch 1), and of test_gpu_int4's fused PREFILL tests (~180 s measured).
+#   p17 RUNG MAIN    RUNG (p17 with tests) runs test_gpu_int4's PREFILL tests and memcheck of
+#                    *prefill_fused*; cuobjdump counts the HGMMA and where they sit in the PREFILL
+#                    kernels of both builds; then the PREFILL benchmarks, builds interleaved
+#                    after one untimed warm-up (docs/performance.md, "Rung p17").
+# Logs: $OUT/next-MODE.tgz (one file), and a summary on stdout.
+set -u
+unset LD_LIBRARY_PATH # each build's programs load their own libkiln.so (RUNPATH $ORIGIN/..)
+mode=${1:?usage: device-next.sh verify HEAD | p17 RUNG MAIN}
+L=/tmp/next-$mode
+rm -rf "$L" && mkdir -p "$L"
+memcheck() { # memcheck PROGRAM FILTER LOG
+  KILN_TEST_SANITIZER=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$1" --filter "$2" >"$3" 2>&1
+  rc=$?
+  echo "memcheck $(basename "$1") --filter '$2': exit $rc ($(grep -m1 -E 'ERROR SUMMARY' "$3"))"
+}
+case $mode in
+verify)
+  H=$2
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+  for t in "$H"/tests/test_gpu_*; do
+    [ "$(basename "$t")" = test_gpu_soak ] && continue
+    s=$(date +%s)
+    timeout 200 "$t" >"$L/$(basename "$t").log" 2>&1
+    rc=$?
+    echo "$(basename "$t"): exit $rc in $(($(date +%s) - s)) s: $(grep -E 'PASSED|FAILED|SKIP' "$L/$(basename "$t").log" | tr '\n' ' ')"
+  done
+  memcheck "$H/tests/test_gpu_matmul" "backward_*" "$L/memcheck-matmul-backward.log"
+  memcheck "$H/tests/test_gpu_int4" "*prefill_fused*" "$L/memcheck-int4-prefill-fused.log"
+  ;;
+p17)
+  R=$2 M=$3
+  timeout 250 "$R/tests/test_gpu_int4" --filter "*prefill*" >"$L/p17-int4-prefill.log" 2>&1
+  rc=$?
+  echo "p17 test_gpu_int4 --filter '*prefill*': exit $rc: $(grep -E 'PASSED|FAILED|SKIP' "$L/p17-int4-prefill.log" | tr '\n' ' ')"
+  memcheck "$R/tests/test_gpu_int4" "*prefill_fused*" "$L/memcheck-p17-prefill-fused.log"
+  for b in "$M" "$R"; do
+    n=$(basename "$b")
+    timeout 60 cuobjdump -sass "$b"/kernels/w4_prefill_sm90*.fatbin >"$L/sass-$n.txt" 2>&1
+    echo "$n: HGMMA $(grep -c HGMMA "$L/sass-$n.txt"), WARPGROUP.ARRIVE $(grep -c 'WARPGROUP.ARRIVE' "$L/sass-$n.txt"), \
+WARPGROUP.DEPBAR $(grep -c 'WARPGROUP.DEPBAR' "$L/sass-$n.txt")"
+  done
+  timeout 40 "$M/tools/kiln-bench" int4 --shape 4096x12288 --m 1024 --algo prefill >/dev/null 2>&1 # warm-up
+  for round in 1 2 3; do
+    for b in "$M" "$R"; do
+      n=$(basename "$b")
+      timeout 60 "$b/tools/kiln-bench" qkv --only int4 --m 2048 --algo prefill --reps 20 >>"$L/bench-$n.txt" 2>&1
+      for m in 1024 4096; do
+        timeout 60 "$b/tools/kiln-bench" int4 --shape 4096x12288 --m $m --algo prefill >>"$L/bench-$n.txt" 2>&1
+      done
+    done
+  done
+  for b in "$M" "$R"; do echo "== $(basename "$b")"; grep -E '^\| ' "$L/bench-$(basename "$b").txt" | grep -v -- '---'; done
+  ;;
+*) echo "device-next.sh: unknown mode $mode" >&2; exit 2 ;;
+esac
+tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
