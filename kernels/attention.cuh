@@ -157,6 +157,59 @@ KILN_DEVICE int key_blocks(const kiln_attn_args &p, int shift, int q0, int rows,
   return (kend + bn - 1) / bn;
 }
 
+/* A head's K and V (from K and V, its first key) walked in blocks of BC keys by the sm_80 kernels
+ * that loop over keys (the forward and the backward's dQ): block blk goes into buffer blk % 2 of
+ * sk and sv ([2][BC] padded rows each) by cp.async, keys past Sk and columns past D zero-filled.
+ * The sizes are read from p at each load, as kernel parameters, not held in registers across the
+ * key loop (holding them cost the D = 64 forward 16 bytes of spills). */
+template <int BC, int DP>
+struct KvBlocks {
+  TileLoader<BC, DP, THREADS> lk, lv;
+  KILN_DEVICE explicit KvBlocks(const kiln_attn_args &p) {
+    lk.ld = p.k_ss;
+    lv.ld = p.v_ss;
+    lk.cols_left = lv.cols_left = p.d;
+  }
+  KILN_DEVICE void load(const kiln_attn_args &p, const uint16_t *K, const uint16_t *V, int blk, uint16_t *sk,
+                        uint16_t *sv, int tid) {
+    const int k0 = blk * BC, buf = blk % 2;
+    lk.g = K + (int64_t)k0 * p.k_ss;
+    lv.g = V + (int64_t)k0 * p.v_ss;
+    lk.rows_left = lv.rows_left = p.sk - k0;
+    lk.async_copy(sk + buf * BC * lk.PITCH, tid);
+    lv.async_copy(sv + buf * BC * lv.PITCH, tid);
+  }
+};
+
+/* x = A_x·B_xᵀ and y = A_y·B_yᵀ over the padded D, for this warp's 16 rows of A_x and A_y (tiles
+ * of AR rows, from row 16·warp) and the N n8 columns of B_x and B_y (tiles of BR rows); every
+ * tile [rows][DP] in shared memory, D contiguous. The backward's paired products (S and dP, or
+ * their transposes) share one loop, each k16 step loading both A fragments together. */
+template <bool BF16, int AR, int BR, int DP, int N>
+KILN_DEVICE void product_pair(float (&x)[N][4], float (&y)[N][4], const uint16_t *ax, const uint16_t *ay,
+                              const uint16_t *bx, const uint16_t *by, int warp, int lane) {
+#pragma unroll
+  for (int j = 0; j < N; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) x[j][e] = y[j][e] = 0.f;
+#pragma unroll
+  for (int kd = 0; kd < DP; kd += 16) {
+    uint32_t fx[4], fy[4];
+    load_a_frag<true, AR, DP>(fx, ax, warp * 16, kd, lane);
+    load_a_frag<true, AR, DP>(fy, ay, warp * 16, kd, lane);
+#pragma unroll
+    for (int j = 0; j < N; j += 2) {
+      uint32_t b0[2], b1[2];
+      load_b_frag_pair<true, BR, DP>(b0, b1, bx, j * 8, kd, lane);
+      mma_16816<BF16>(x[j], fx, b0);
+      mma_16816<BF16>(x[j + 1], fx, b1);
+      load_b_frag_pair<true, BR, DP>(b0, b1, by, j * 8, kd, lane);
+      mma_16816<BF16>(y[j], fy, b0);
+      mma_16816<BF16>(y[j + 1], fy, b1);
+    }
+  }
+}
+
 /* The backward's statistics of query row `row` (of head h, batch b): its LSE in log2 units and
  * delta = dO·O; a row past Sq gets +inf and 0, so its P is 0. */
 KILN_DEVICE float row_lse2(const kiln_attn_args &p, int b, int h, int row) {

@@ -150,26 +150,7 @@ __device__ __forceinline__ void dkdv(const kiln_attn_args &p) {
 
     /* Sᵀ = K_w·Qᵀ and dPᵀ = V_w·dOᵀ over the padded D */
     float st[NQ][4], dpt[NQ][4];
-#pragma unroll
-    for (int j = 0; j < NQ; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.f;
-#pragma unroll
-    for (int kd = 0; kd < DP; kd += 16) {
-      uint32_t ak[4], av[4];
-      load_a_frag<true, BN, DP>(ak, sk, warp * 16, kd, lane);
-      load_a_frag<true, BN, DP>(av, sv, warp * 16, kd, lane);
-#pragma unroll
-      for (int j = 0; j < NQ; j += 2) {
-        uint32_t b0[2], b1[2];
-        load_b_frag_pair<true, BM, DP>(b0, b1, sqb, j * 8, kd, lane);
-        mma_16816<BF16>(st[j], ak, b0);
-        mma_16816<BF16>(st[j + 1], ak, b1);
-        load_b_frag_pair<true, BM, DP>(b0, b1, sdob, j * 8, kd, lane);
-        mma_16816<BF16>(dpt[j], av, b0);
-        mma_16816<BF16>(dpt[j + 1], av, b1);
-      }
-    }
+    product_pair<BF16, BN, BM, DP>(st, dpt, sk, sv, sqb, sdob, warp, lane);
 
     /* Pᵀ and dSᵀ in place */
 #pragma unroll
@@ -237,21 +218,10 @@ __device__ __forceinline__ void dq(const kiln_attn_args &p) {
   ldo.ld = p.do_ss;
   lq.rows_left = ldo.rows_left = p.sq - q0;
   lq.cols_left = ldo.cols_left = p.d;
-  TileLoader<BN, DP, THREADS> lk, lv;
-  lk.ld = p.k_ss;
-  lv.ld = p.v_ss;
-  lk.cols_left = lv.cols_left = p.d;
-  auto load_kv = [&](int blk) {
-    const int kb = blk * BN, buf = blk % 2;
-    lk.g = K + (int64_t)kb * p.k_ss;
-    lv.g = V + (int64_t)kb * p.v_ss;
-    lk.rows_left = lv.rows_left = p.sk - kb;
-    lk.async_copy(sk + buf * BN * PITCH, tid);
-    lv.async_copy(sv + buf * BN * PITCH, tid);
-  };
+  KvBlocks<BN, DP> kv(p);
   lq.async_copy(sq, tid);
   ldo.async_copy(sdo, tid);
-  if (nblocks > 0) load_kv(0);
+  if (nblocks > 0) kv.load(p, K, V, 0, sk, sv, tid);
   cp_async_commit();
 
   /* this lane's two rows: statistics in registers */
@@ -266,7 +236,7 @@ __device__ __forceinline__ void dq(const kiln_attn_args &p) {
   const float sl2 = p.scale * LOG2E;
 
   for (int blk = 0; blk < nblocks; blk++) {
-    if (blk + 1 < nblocks) load_kv(blk + 1);
+    if (blk + 1 < nblocks) kv.load(p, K, V, blk + 1, sk, sv, tid);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -274,26 +244,7 @@ __device__ __forceinline__ void dq(const kiln_attn_args &p) {
 
     /* S = Q_w·Kᵀ and dP = dO_w·Vᵀ */
     float s[NK][4], dp[NK][4];
-#pragma unroll
-    for (int j = 0; j < NK; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.f;
-#pragma unroll
-    for (int kd = 0; kd < DP; kd += 16) {
-      uint32_t aq[4], ag[4];
-      load_a_frag<true, BM, DP>(aq, sq, warp * 16, kd, lane);
-      load_a_frag<true, BM, DP>(ag, sdo, warp * 16, kd, lane);
-#pragma unroll
-      for (int j = 0; j < NK; j += 2) {
-        uint32_t b0[2], b1[2];
-        load_b_frag_pair<true, BN, DP>(b0, b1, skb, j * 8, kd, lane);
-        mma_16816<BF16>(s[j], aq, b0);
-        mma_16816<BF16>(s[j + 1], aq, b1);
-        load_b_frag_pair<true, BN, DP>(b0, b1, svb, j * 8, kd, lane);
-        mma_16816<BF16>(dp[j], ag, b0);
-        mma_16816<BF16>(dp[j + 1], ag, b1);
-      }
-    }
+    product_pair<BF16, BM, BN, DP>(s, dp, sq, sdo, skb, svb, warp, lane);
 
     /* dS in place of dP */
     const int kb = blk * BN;

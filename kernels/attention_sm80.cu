@@ -61,21 +61,10 @@ __device__ __forceinline__ void forward(const kiln_attn_args &p) {
   lq.ld = p.q_ss;
   lq.rows_left = p.sq - q0;
   lq.cols_left = p.d;
-  TileLoader<BC, DP, THREADS> lk, lv;
-  lk.ld = p.k_ss;
-  lv.ld = p.v_ss;
-  lk.cols_left = lv.cols_left = p.d;
-  auto load_kv = [&](int blk) {
-    const int k0 = blk * BC, buf = blk % 2;
-    lk.g = K + (int64_t)k0 * p.k_ss;
-    lv.g = V + (int64_t)k0 * p.v_ss;
-    lk.rows_left = lv.rows_left = p.sk - k0;
-    lk.async_copy(sk + buf * BC * PITCH, tid);
-    lv.async_copy(sv + buf * BC * PITCH, tid);
-  };
+  KvBlocks<BC, DP> kv(p);
 
   lq.async_copy(sq, tid);
-  if (nblocks > 0) load_kv(0);
+  if (nblocks > 0) kv.load(p, K, V, 0, sk, sv, tid);
   cp_async_commit();
 
   constexpr int NT = BC / 8, OT = DP / 8; /* n8 fragments of S and of O per m16 tile */
@@ -93,7 +82,7 @@ __device__ __forceinline__ void forward(const kiln_attn_args &p) {
   const int row0 = q0 + warp * WM + lane / 4;      /* row of (tile i, half r): row0 + 16 i + 8 r */
 
   for (int blk = 0; blk < nblocks; blk++) {
-    if (blk + 1 < nblocks) load_kv(blk + 1);
+    if (blk + 1 < nblocks) kv.load(p, K, V, blk + 1, sk, sv, tid);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads(); /* Q and block blk have landed for every thread */
