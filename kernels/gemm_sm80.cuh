@@ -46,21 +46,6 @@ KILN_DEVICE void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                  : "r"(addr));
 }
 
-/* d += a * b for one m16n8k16 fragment; BF16 selects the bf16 instruction. */
-template <bool BF16>
-KILN_DEVICE void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  if (BF16)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 /* d += a * b for one m16n8k32 fragment of int8 (s8 x s8 -> s32). Without .satfinite the s32
  * accumulation wraps modulo 2^32 (kiln_matmul_int8 relies on it for the one sum of 2^31). */
 KILN_DEVICE void mma_16832_s8(int32_t (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {

@@ -72,20 +72,6 @@ KILN_DEVICE uint32_t fma16(uint32_t a, uint32_t b, uint32_t c) {
   return r;
 }
 
-template <bool BF16>
-KILN_DEVICE void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if (BF16)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* Two int8 weights as a 16-bit pair, exactly: byte IA of (a, b) (0..7, prmt numbering) in the low
  * half, byte IB in the high half. Words arrive sign-flipped (w ^ 0x80808080, see flip8): the
  * bytes are u = v + 128. f16: (u | 0x6400) − 0x6480 = 1024 + u − 1152. bf16: via f32 2^23 + u. */

@@ -119,8 +119,8 @@ __device__ __forceinline__ void decode_block(const kiln_qkv_args &a, const kiln_
         for (int t = 0; t < 2; t++) {
           uint32_t af[4];
           w.a_frag(af, sl.cd, t, s);
-          mma<BF16>(sum[0][t], af, b0, b1);
-          if (M16) mma<BF16>(sum[M16 ? 1 : 0][t], af, b2, b3);
+          mma_16816<BF16>(sum[0][t], af, {b0, b1});
+          if (M16) mma_16816<BF16>(sum[M16 ? 1 : 0][t], af, {b2, b3});
         }
       }
       if constexpr (W::GROUPED) {

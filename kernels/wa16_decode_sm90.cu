@@ -155,7 +155,7 @@ KILN_DEVICE void consume(float (&acc)[1][2][4], const uint8_t *slots, uint64_t *
         for (int t = 0; t < 2; t++) {
           uint32_t af[4];
           f.a_frag(af, w[j], t, k16);
-          mma<BF16>(part[t], af, b0, b1);
+          mma_16816<BF16>(part[t], af, {b0, b1});
         }
       }
       if (((j + 1) & PMASK) == 0) /* the piece ends: its sums times its scales */
@@ -211,7 +211,7 @@ KILN_DEVICE void consume_w8(float (&acc)[1][T][4], const uint8_t *slots, uint64_
             for (int t = 0; t < T; t++) {
               uint32_t af[4];
               W::a_frag(af, cd, t, k16);
-              mma<BF16>(acc[0][t], af, b0, b1);
+              mma_16816<BF16>(acc[0][t], af, {b0, b1});
             }
           }
         }
