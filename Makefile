@@ -43,7 +43,7 @@ test-valgrind: build
 	  if [ $$rc -ne 0 ]; then tail -30 $$t.valgrind.log; exit 1; fi; \
 	done
 	@# the driver-fault modes against the fake driver (77: skipped, a build without kernels)
-	@for m in old missing nodevice healthy oom noimage badordinal launchfail sm89; do \
+	@for m in old missing nodevice healthy oom noimage badordinal launchfail sm89 loadfail nokernel nofunction oldgpu; do \
 	  log=$(BUILD)/tests/test_driver_faults.$$m.valgrind.log; \
 	  KILN_LIBCUDA=$(CURDIR)/$(BUILD)/tests/libfake_libcuda.so FAKE_CUDA_MODE=$$m \
 	    valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \

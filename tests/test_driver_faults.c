@@ -481,6 +481,18 @@ static void noimage(void) {
   }
 }
 
+/* Context creation stops at a fault in the driver's kernel loading (modes loadfail, nokernel,
+ * nofunction): a precise error, no context, and every image loaded so far unloaded again and the
+ * primary context released, on each of two attempts. */
+static void load_fault(kiln_status status, const char *what, const char *detail) {
+  for (int attempt = 1; attempt <= 2; attempt++) {
+    kiln_context *ctx = (kiln_context *)0x1;
+    assert_kiln_fails(kiln_context_create(kDLCUDA, 0, &ctx), status, "kiln_context_create", what, detail);
+    assert_null(ctx);
+    assert_fake_clean();
+  }
+}
+
 static void badordinal(void) {
   /* The ordinal exists: a tensor that claims device 3 is refused by ops and copies, naming both
    * ordinals. */
@@ -714,6 +726,20 @@ static void fake_device(void **state) {
                     "ordinal is -1", devices == 1 ? "1 CUDA device;" : "2 CUDA devices;");
   assert_fake_clean();
 
+  /* Any build: a GPU older than sm_80 (a Turing T4) is refused at creation, before any image
+   * is loaded, naming the device, its architecture and what kiln needs. */
+  if (!strcmp(fault, "oldgpu")) {
+    setenv("FAKE_CUDA_CC", "75", 1);
+    assert_kiln_fails(kiln_context_create(kDLCUDA, 0, &ctx), KILN_ERROR_NO_KERNEL_IMAGE,
+                      "kiln_context_create: " FAKE_NAME,
+                      "is sm_75; kiln's GPU kernels need sm_80 (Ampere) or newer; use a CPU context (kDLCPU) on "
+                      "this machine");
+    assert_null(ctx);
+    assert_int_equal(fake("library_loads"), 0);
+    assert_fake_clean();
+    unsetenv("FAKE_CUDA_CC");
+  }
+
   if (!kiln_build_has_kernels()) {
     /* The whole device is queried, then creation stops at the missing images, releasing the
      * primary context it retained. */
@@ -736,6 +762,18 @@ static void fake_device(void **state) {
   else if (!strcmp(fault, "launchfail")) launchfail();
   else if (!strcmp(fault, "twodev")) twodev();
   else if (!strcmp(fault, "sm89")) sm89();
+  else if (!strcmp(fault, "loadfail"))
+    load_fault(KILN_ERROR_OUT_OF_MEMORY, "cuLibraryLoadData failed with CUDA_ERROR_OUT_OF_MEMORY (2)", "out of memory");
+  else if (!strcmp(fault, "nokernel"))
+    load_fault(KILN_ERROR_NO_KERNEL_IMAGE, "kernel \"kiln_attn_fwd_wgmma_f16_d64\" is missing from the embedded images "
+               "(error 500)", "rebuild kiln");
+  else if (!strcmp(fault, "nofunction"))
+    load_fault(KILN_ERROR_NO_KERNEL_IMAGE, "has no code for " FAKE_NAME, "(sm_90); kiln needs sm_80 or newer");
+  else if (!strcmp(fault, "oldgpu")) {
+    /* checked above; with the device back at sm_90 a context works */
+    kiln_context *ok = create_device_0();
+    kiln_context_destroy(ok);
+  }
   else fail_msg("unknown fault \"%s\"", fault);
   assert_fake_clean();
 

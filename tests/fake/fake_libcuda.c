@@ -20,6 +20,10 @@
  *              loaded: the first two images load, the third fails, so a partial load must be undone
  *   badordinal no fault of its own (one device, ordinal 0); the test asks for ordinal 3
  *   launchfail cuLaunchKernel fails with CUDA_ERROR_INVALID_HANDLE (what a destroyed stream gives)
+ *   loadfail   cuLibraryLoadData fails with CUDA_ERROR_OUT_OF_MEMORY for the second image
+ *   nokernel   cuLibraryGetKernel finds no kiln_attn_fwd_wgmma_f16_d64 (CUDA_ERROR_NOT_FOUND)
+ *   nofunction cuKernelGetFunction has no code for the 7th kernel (CUDA_ERROR_NO_BINARY_FOR_GPU)
+ *   oldgpu     no fault of its own; the test sets FAKE_CUDA_CC=75, a GPU below kiln's sm_80
  *   twodev     no fault: two such devices, each with its primary context (launches counted per
  *              device)
  *
@@ -85,7 +89,7 @@ static int env_int(const char *name, int fallback) {
 static int sm_count(void) { return env_int("FAKE_CUDA_SMS", 132); }
 static int compute_capability(void) {
   const int cc = env_int("FAKE_CUDA_CC", 90);
-  return cc == 80 || cc == 86 || cc == 89 ? cc : 90;
+  return cc == 75 || cc == 80 || cc == 86 || cc == 89 ? cc : 90; /* 75: a Turing GPU, below kiln's sm_80 */
 }
 /* the largest dynamic shared memory a block may opt in to: 227 KiB on sm_90, 163 on sm_80, 99 on
  * sm_86 and sm_89 */
@@ -341,12 +345,19 @@ static CUresult fake_ctx_pop(void **pctx) {
 }
 static CUresult fake_ctx_synchronize(void) { LOCKED(need_context()); }
 
+/* nokernel: one name (the sm_90a attention forward's first kernel) is not in its image, as with
+ * an image from another build; nofunction: the 7th function asked for has no code for the
+ * device (counted from the first image a context creation loads, so each attempt fails alike). */
+#define FAKE_MISSING_KERNEL "kiln_attn_fwd_wgmma_f16_d64"
+static int functions_asked;
 static CUresult library_load(void **lib, const void *code) {
   if (!initialized) return E_NOT_INITIALIZED;
   if (!lib || !code) return E_INVALID_VALUE;
   /* noimage: with two images loaded, the next has no code for this device (so each context
    * creation loads two, fails on the third, and must unload the two) */
   if (is_mode("noimage") && live_libraries >= 2) return E_NO_BINARY_FOR_GPU;
+  if (is_mode("loadfail") && live_libraries >= 1) return E_OUT_OF_MEMORY; /* the second image */
+  if (!live_libraries) functions_asked = 0;
   CUresult r = handle_new(libraries, &live_libraries, lib);
   if (r != OK) return r;
   const int i = handle_find(libraries, (uintptr_t)*lib);
@@ -369,6 +380,7 @@ static CUresult fake_library_unload(void *lib) { LOCKED(handle_release(libraries
 static CUresult library_get_kernel(void **kernel, void *lib, const char *name) {
   if (handle_find(libraries, (uintptr_t)lib) < 0) return E_INVALID_HANDLE;
   if (!kernel || !name || !*name) return E_INVALID_VALUE;
+  if (is_mode("nokernel") && !strcmp(name, FAKE_MISSING_KERNEL)) return E_NOT_FOUND;
   *kernel = lib;
   return OK;
 }
@@ -379,6 +391,7 @@ static CUresult kernel_get_function(void **fn, void *kernel) {
   CUresult r = need_context();
   if (r != OK) return r;
   if (handle_find(libraries, (uintptr_t)kernel) < 0) return E_INVALID_HANDLE;
+  if (is_mode("nofunction") && ++functions_asked == 7) return E_NO_BINARY_FOR_GPU;
   *fn = kernel;
   return OK;
 }
