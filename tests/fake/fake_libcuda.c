@@ -4,7 +4,8 @@
  *
  * It answers every entry point kiln resolves (KILN_CUDA_FUNCTIONS in src/runtime/cuda_driver.h)
  * and impersonates one working sm_90 device (two in mode twodev): device memory is host memory
- * (aligned_alloc, so copies and memsets really move bytes), kernel libraries, streams and events
+ * (aligned_alloc, so copies and memsets really move bytes; from 4 GiB up only reserved address
+ * space, FAKE_VIRTUAL_BYTES), kernel libraries, streams and events
  * are handles it tracks, and a launch checks its arguments and does nothing. It is strict where a
  * real driver is: calls that need a current context fail with CUDA_ERROR_INVALID_CONTEXT without
  * one, an unknown or destroyed stream, library or function is CUDA_ERROR_INVALID_HANDLE (so is a
@@ -30,11 +31,13 @@
  * The tests read the fake's bookkeeping through the exported fake_cuda_* functions below
  * (dlopen of the same path with RTLD_NOLOAD, then dlsym).
  */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE under -std=c17 */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kiln_abi.h" /* the kernels' argument structs, for check_launch_args */
 
@@ -117,8 +120,14 @@ typedef struct allocation {
   struct allocation *next;
   uintptr_t ptr;
   size_t bytes;
-  int id; /* 1, 2, ... in the order of allocation: the same in every run of a program */
+  int id;      /* 1, 2, ... in the order of allocation: the same in every run of a program */
+  int virtual; /* address space only (FAKE_VIRTUAL_BYTES): copies and memsets are checked, not done */
 } allocation;
+/* An allocation this large reserves address space without memory (mmap PROT_NONE, MAP_NORESERVE),
+ * so that a test can hand kiln tensors of GPU sizes (the fuzz harness's 64 GiB arena) on a
+ * machine with less memory: nothing runs on the fake, so only copies and memsets would touch
+ * them, and into such an allocation those are range-checked and skipped. */
+#define FAKE_VIRTUAL_BYTES ((size_t)1 << 32)
 static allocation *allocations;
 static int live_allocations, allocations_made;
 static size_t live_bytes;
@@ -215,11 +224,19 @@ static struct {
   uintptr_t lo, hi;
 } declared[FAKE_MAX_DECLARED];
 static int declared_count;
+/* Buffers that overlap count as one (the union of their bytes): a fused QKV call's outputs may be
+ * interleaved column slices of one buffer, which kiln then writes as that one matrix. Buffers
+ * that merely touch stay apart, so an operand one row too long is still caught at a neighbour. */
 static CUresult check_declared(uint64_t p, size_t bytes) {
   if (!declared_count || !bytes) return check_range(p, bytes);
-  for (int i = 0; i < declared_count; i++)
-    if (p >= declared[i].lo && p <= declared[i].hi && bytes <= declared[i].hi - p) return OK;
-  return E_INVALID_VALUE;
+  uint64_t reach = p; /* [p, reach) lies in one chain of overlapping buffers */
+  for (int grew = 1; grew && reach - p < bytes;) {
+    grew = 0;
+    for (int i = 0; i < declared_count; i++)
+      if ((reach == p ? declared[i].lo <= p : declared[i].lo < reach) && declared[i].hi > reach)
+        reach = declared[i].hi, grew = 1;
+  }
+  return reach - p >= bytes ? OK : E_INVALID_VALUE;
 }
 
 /* FAKE_CUDA_TRACE: "1" prints each refused TMA descriptor with its reason to stderr; "all" also
@@ -629,12 +646,15 @@ static CUresult mem_alloc(uint64_t *ptr, size_t bytes) {
   if (bytes > memory_limit() - live_bytes) return E_OUT_OF_MEMORY;
   size_t rounded = (bytes + 255) & ~(size_t)255; /* cuMemAlloc is 256-byte aligned */
   allocation *a = malloc(sizeof *a);
-  void *p = a && rounded >= bytes ? aligned_alloc(256, rounded) : NULL;
-  if (!p) {
+  const int virtual = bytes >= FAKE_VIRTUAL_BYTES;
+  void *p = !a || rounded < bytes ? NULL
+            : virtual ? mmap(NULL, rounded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                      : aligned_alloc(256, rounded);
+  if (!p || p == MAP_FAILED) {
     free(a);
     return E_OUT_OF_MEMORY;
   }
-  *a = (allocation){allocations, (uintptr_t)p, bytes, ++allocations_made};
+  *a = (allocation){allocations, (uintptr_t)p, bytes, ++allocations_made, virtual};
   allocations = a;
   live_allocations++;
   live_bytes += bytes;
@@ -651,7 +671,10 @@ static CUresult mem_free(uint64_t ptr) {
       *pa = a->next;
       live_allocations--;
       live_bytes -= a->bytes;
-      free((void *)a->ptr);
+      if (a->virtual)
+        munmap((void *)a->ptr, (a->bytes + 255) & ~(size_t)255);
+      else
+        free((void *)a->ptr);
       free(a);
       return OK;
     }
@@ -674,12 +697,17 @@ static CUresult check_range(uint64_t p, size_t bytes) {
   const allocation *a = find_allocation((uintptr_t)p);
   return !a || bytes <= a->ptr + a->bytes - (uintptr_t)p ? OK : E_INVALID_VALUE;
 }
+static int is_virtual(uint64_t p) {
+  const allocation *a = find_allocation((uintptr_t)p);
+  return a && a->virtual;
+}
 static CUresult memcpy_async(uint64_t dst, uint64_t src, size_t bytes, void *stream) {
   CUresult r = need_context();
   if (r == OK) r = check_stream_here(stream);
   if (r == OK) r = check_range(dst, bytes);
   if (r == OK) r = check_range(src, bytes);
-  if (r == OK && bytes) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+  if (r == OK && bytes && !is_virtual(dst) && !is_virtual(src))
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
   return r;
 }
 static CUresult fake_memcpy_async(uint64_t dst, uint64_t src, size_t bytes, void *stream) {
@@ -690,7 +718,7 @@ static CUresult memset_async(uint64_t dst, uint32_t value, size_t n, size_t widt
   if (r == OK) r = check_stream_here(stream);
   if (r == OK && (dst % width || !find_allocation((uintptr_t)dst))) r = E_INVALID_VALUE;
   if (r == OK) r = check_range(dst, n * width);
-  if (r != OK) return r;
+  if (r != OK || is_virtual(dst)) return r;
   unsigned char *p = (unsigned char *)(uintptr_t)dst;
   for (size_t i = 0; i < n; i++) memcpy(p + i * width, &value, width); /* little-endian: the low bytes */
   return OK;
