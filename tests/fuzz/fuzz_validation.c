@@ -34,6 +34,10 @@
 #include "kiln.h"
 
 #define ARENA_BYTES (1 << 20)
+/* On the fake GPU the arena is 64 GiB of address space (the fake reserves allocations this large
+ * without memory): descriptors still start in its first ARENA_BYTES, but a tensor may reach GPU
+ * sizes, so that launch shapes and index arithmetic meet sizes no CPU run could (nothing runs). */
+#define GPU_ARENA_BYTES ((size_t)1 << 36)
 #define QARENA_BYTES (1 << 18)
 #define WORKSPACE_BYTES (1 << 20)
 #define SCRATCH_BYTES (1 << 16)
@@ -45,6 +49,7 @@ typedef struct pass {
   kiln_context *ctx;
   DLDeviceType here, away;
   unsigned char *arena, *qarena, *warena, *workspace, *scratch;
+  size_t arena_bytes;
 } pass;
 static const pass *P;
 
@@ -103,12 +108,15 @@ static const DLDataType dtypes[] = {{kDLFloat, 16, 1}, {kDLBfloat, 16, 1}, {kDLF
                                     {kDLUInt, 8, 1},   {kDLFloat, 64, 1},  {kDLFloat, 16, 2}, {kDLBool, 8, 1},
                                     {kDLFloat, 4, 1},  {kDLInt, 32, 1}};
 
-/* Small sizes most of the time (so ops run), extreme ones sometimes (so overflow checks run). */
+/* Small sizes most of the time (so ops run), extreme ones sometimes (so overflow checks run), and
+ * large ones (a 16-bit number times 2^0..2^31), which fit the fake GPU's 64 GiB arena: batches
+ * past a grid's 65535, rows past 2^31 elements. */
 static int64_t pick_extent(reader *r) {
   uint8_t k = (uint8_t)take(r, 1);
   switch (k >> 5) {
   case 0: return -(int64_t)(k & 7);
   case 1: return (int64_t)take(r, 8);
+  case 7: return (int64_t)take(r, 2) << (k & 31);
   default: return k & 31;
   }
 }
@@ -132,25 +140,30 @@ static void read_tensor(reader *r, fuzz_tensor *f) {
   for (int d = 0; d < nd; d++) f->strides[d] = pick_extent(r);
   f->t.shape = f->shape;
   f->t.strides = null_strides ? NULL : f->strides;
-  uint32_t off = (uint32_t)take(r, 3) % ARENA_BYTES;
+  /* where the data starts: in the CPU's 1 MiB arena, or anywhere in the first 16 MiB of the fake
+   * GPU's (room for an output of a few MiB beside its inputs) */
+  uint32_t off = (uint32_t)take(r, 3) % (P->here == kDLCPU ? ARENA_BYTES : 1u << 24);
   f->t.data = (flags & 0x10) && off < 64 ? NULL : P->arena + (off & ~(uint32_t)1);
   f->t.byte_offset = take(r, 1) % 5 == 0 ? take(r, 2) : 0;
 }
 
-/* The bytes [lo, hi) a tensor addresses (computed here, not by kiln); 0 if it cannot be sure. */
+/* The bytes [lo, hi) a tensor addresses (computed here, not by kiln); 0 if it cannot be sure.
+ * On the CPU extents and strides up to 2^20; on the fake GPU up to 2^34 (its arena's size). */
 static int extent_fits(const DLTensor *t) {
   if (!t || t->ndim < 0 || t->ndim > 8) return 0;
-  int64_t bytes = (t->dtype.bits * (int64_t)t->dtype.lanes + 7) / 8, hi = 0, s = 1;
+  const int64_t limit = P->here == kDLCPU ? (int64_t)1 << 20 : (int64_t)1 << 34;
+  int64_t bytes = (t->dtype.bits * (int64_t)t->dtype.lanes + 7) / 8, hi = 0, s = 1, term;
   for (int d = t->ndim - 1; d >= 0; d--) {
     int64_t n = t->shape[d], st = t->strides ? t->strides[d] : s;
-    if (n < 0 || st < 0 || n > (1 << 20) || st > (1 << 20)) return 0;
+    if (n < 0 || st < 0 || n > limit || st > limit) return 0;
     if (n == 0) return 1;
-    hi += (n - 1) * st;
-    s *= n;
+    if (__builtin_mul_overflow(n - 1, st, &term) || __builtin_add_overflow(hi, term, &hi) ||
+        __builtin_mul_overflow(s, n, &s))
+      return 0;
   }
-  if (!t->data) return 0;
-  uintptr_t lo = (uintptr_t)t->data + t->byte_offset, end = lo + (uintptr_t)((hi + 1) * bytes);
-  if (lo < (uintptr_t)P->arena || end > (uintptr_t)P->arena + ARENA_BYTES) return 0;
+  if (!t->data || __builtin_add_overflow(hi, 1, &hi) || __builtin_mul_overflow(hi, bytes, &hi)) return 0;
+  uintptr_t lo = (uintptr_t)t->data + t->byte_offset, end = lo + (uintptr_t)hi;
+  if (lo < (uintptr_t)P->arena || end < lo || end > (uintptr_t)P->arena + P->arena_bytes) return 0;
   declare((const void *)lo, end - lo);
   return 1;
 }
@@ -393,7 +406,7 @@ static _Alignas(256) unsigned char arena[ARENA_BYTES], qarena[QARENA_BYTES], war
 /* The runs: the CPU, then the fake's one device as four GPUs (FAKE_CUDA_CC and FAKE_CUDA_SMS at
  * each context's creation), which share its memory. */
 static pass passes[] = {
-    {"CPU", NULL, kDLCPU, kDLCUDA, arena, qarena, warena, workspace, scratch},
+    {"CPU", NULL, kDLCPU, kDLCUDA, arena, qarena, warena, workspace, scratch, ARENA_BYTES},
     {.name = "fake H200", .here = kDLCUDA, .away = kDLCPU},
     {.name = "fake 16-SM sm_90 (a MIG slice)", .here = kDLCUDA, .away = kDLCPU},
     {.name = "fake A100 (sm_80, 108 SMs)", .here = kDLCUDA, .away = kDLCPU},
@@ -432,11 +445,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     }
   }
   pass *g = &passes[1];
-  g->arena = device_buffer(g->ctx, 0, ARENA_BYTES), g->qarena = device_buffer(g->ctx, 1, QARENA_BYTES);
+  g->arena = device_buffer(g->ctx, 0, GPU_ARENA_BYTES), g->qarena = device_buffer(g->ctx, 1, QARENA_BYTES);
+  g->arena_bytes = GPU_ARENA_BYTES;
   g->warena = device_buffer(g->ctx, 2, QARENA_BYTES), g->workspace = device_buffer(g->ctx, 3, WORKSPACE_BYTES);
   g->scratch = device_buffer(g->ctx, 4, SCRATCH_BYTES);
   for (int i = 2; i < PASSES; i++) {
-    passes[i].arena = g->arena, passes[i].qarena = g->qarena, passes[i].warena = g->warena;
+    passes[i].arena = g->arena, passes[i].arena_bytes = g->arena_bytes, passes[i].qarena = g->qarena,
+    passes[i].warena = g->warena;
     passes[i].workspace = g->workspace, passes[i].scratch = g->scratch;
   }
   return 0;
