@@ -367,6 +367,22 @@ static void attention_paths(kiln_context *ctx) {
   o.algo = KILN_ATTENTION_SMEM;
   assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
                     "kiln_attention: algo SMEM cannot run this problem: it takes head dims up to 128");
+  /* past the grid's 65535 in y (query heads) or z (batch): one query row per head, q, k and v one
+   * row repeated by zero strides, O 1 MiB; refused before any launch, naming what to split */
+  DLManagedTensorVersioned *wide = empty(ctx, TEST_F16, 65536, 8);
+  int64_t many[4] = {1, 65536, 1, 8}, kv1[4] = {1, 1, 1, 8}, rep[4] = {0, 0, 8, 1};
+  DLTensor q = {buf[0]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, many, rep, 0}, kv = q, out = q;
+  kv.shape = kv1, out.data = wide->dl_tensor.data, out.strides = NULL;
+  o.algo = KILN_ATTENTION_AUTO;
+  const int launches = fake("launches_0");
+  assert_kiln_fails(kiln_attention(ctx, &q, &kv, &kv, &out, NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "kiln_attention: 65536 query heads and batch 1; the GPU grid takes at most 65535 of each; split "
+                    "the heads into calls of at most 65535");
+  many[0] = 65536, many[1] = 1, kv1[0] = 65536;
+  assert_kiln_fails(kiln_attention(ctx, &q, &kv, &kv, &out, NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "kiln_attention: 1 query heads and batch 65536", "split the batch");
+  assert_int_equal(fake("launches_0"), launches);
+  kiln_tensor_free(wide);
   for (int i = 0; i < 7; i++) kiln_tensor_free(buf[i]);
   assert_int_equal(fake("live_allocations"), allocations);
   assert_int_equal(fake("context_depth"), 0);

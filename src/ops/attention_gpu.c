@@ -63,8 +63,9 @@ static kiln_status check_tensor_cores(const char *op, const kiln_attn_args *a, c
 static kiln_status check_grid(const char *op, const kiln_attn_args *a) {
   if (a->hq > 65535 || a->batch > 65535)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: %d query heads and batch %d; the GPU grid takes at most 65535 of each; split the batch", op,
-                     a->hq, a->batch);
+                     "%s: %d query heads and batch %d; the GPU grid takes at most 65535 of each; split the %s into "
+                     "calls of at most 65535",
+                     op, a->hq, a->batch, a->hq > 65535 ? "heads" : "batch");
   return KILN_OK;
 }
 
