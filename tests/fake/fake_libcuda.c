@@ -478,13 +478,15 @@ static const char *check_int4_args(const kiln_int4_args *a) {
   const char *bad = check_x_y(a->x, a->x_rs, a->x_cs, a->x_dtype, a->y, a->y_rs, a->y_cs, a->y_dtype, a->m, a->k, a->n);
   return bad ? bad : check_int4_weight(a->codes, a->scales, a->zeros, a->perm, a->k, a->n, a->group);
 }
-/* An int8 weight [k][n] and its n scales (scale_stride 0: one) */
+/* n f32 scales scale_stride apart (stride 0: one scale) */
+static const char *check_scales(const float *scale, int64_t n, int64_t stride) {
+  return scale && check_declared((uintptr_t)scale, matrix_bytes(1, 0, stride ? n : 1, stride, 1, 0, 4)) ? "scale"
+                                                                                                         : NULL;
+}
+/* An int8 weight [k][n] and its scales */
 static const char *check_int8_weight(const kiln_qkv_proj *p, int64_t k) {
   if (p->w && check_declared((uintptr_t)p->w, matrix_bytes(1, 0, k, p->w_rs, p->n, p->w_cs, 1))) return "w";
-  if (p->scale &&
-      check_declared((uintptr_t)p->scale, matrix_bytes(1, 0, p->scale_stride ? p->n : 1, p->scale_stride, 1, 0, 4)))
-    return "scale";
-  return NULL;
+  return check_scales(p->scale, p->n, p->scale_stride);
 }
 /* A fused QKV call: x and each non-empty projection's weight and output ("k.scales": the key
  * projection's scales; the kernel has not run, so the lock keeps `where` ours until printed) */
@@ -568,10 +570,8 @@ static const char *check_launch_args(const char *image, void **params) {
     const kiln_w4_wgmma_args *w = args;
     for (int i = 0; i < w->count && i < KILN_W4_WG_PROBLEMS; i++) {
       const char *bad = check_int4_args(&w->a[i]);
+      if (!bad) bad = check_scales(w->scale[i], w->a[i].n, w->scale_stride[i]);
       if (bad) return bad;
-      if (w->scale[i] && check_declared((uintptr_t)w->scale[i], matrix_bytes(1, 0, w->scale_stride[i] ? w->a[i].n : 1,
-                                                                              w->scale_stride[i], 1, 0, 4)))
-        return "scale";
     }
   } else if (!strcmp(image, "w4_dequant")) { /* (kiln_int4_args, ws, cols, ld): x and y unused */
     const kiln_int4_args *a = args;

@@ -69,6 +69,12 @@ static void declare(const void *p, size_t bytes) {
   }
 }
 
+/* Declares on the fake GPU the part of a workspace of `offered` bytes that an op may use: what its
+ * size query (status st) asked for, which is all a caller allocates. */
+static void declare_workspace(void *buf, size_t offered, kiln_status st, size_t need) {
+  if (st == KILN_OK) declare(buf, offered < need ? offered : need);
+}
+
 /* A status kiln must never return for this input (see the top of the file). With FUZZ_TRACE set
  * in the environment every call's status and message is printed (to see how far a seed gets). */
 static void check(kiln_status st, const char *what) {
@@ -196,10 +202,11 @@ static void fuzz_attention(kiln_context *ctx, reader *r, const DLTensor *const t
   /* work ~ numel(q) · Sk · (D + Dv) <= numel(q) · numel(k) · 2: keep it under ~1M */
   if (t[0] && t[1] && !cheap(pair_work(t[0], t[1]), 1 << 20)) return;
   CHECK(kiln_attention(ctx, t[0], t[1], t[2], t[3], t[4], &o, NULL));
-  if (ws <= WORKSPACE_BYTES) declare(P->workspace, ws);
-  if (ws <= WORKSPACE_BYTES)
+  if (ws <= WORKSPACE_BYTES) {
+    declare(P->workspace, ws);
     CHECK(kiln_attention_backward(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], P->workspace, ws, &o,
                                   NULL));
+  }
 }
 
 /* kiln_matmul_int8 on t[0..4] = a, b, c, row_scale, col_scale; kiln_quantize_int8 on w, q, scales. */
@@ -304,43 +311,41 @@ static void fuzz_w16(kiln_context *ctx, reader *r, const DLTensor *const t[9], i
     if (t[i] && !extent_fits(t[i])) return;
   if (extra.present && !extent_fits(&extra.t)) return;
   if (t[0] && !cheap(numel(t[0]), 1 << 12)) return; /* int4 work <= numel(x) · n · 3, n < 254 */
-  /* PREFILL's workspace: the size query (the op's own checks), and a workspace in opts, which
-   * the CPU path must ignore whatever it says (a scratch buffer, a size from the input). On the
-   * fake GPU only the bytes the size query asked for are declared, however many the op is
-   * offered: an op uses no more than its query said, which is all a caller allocates. */
-  size_t ws = 0, need = 0;
+  /* PREFILL's workspace: the size query (the op's own checks; with bytes NULL, its refusal), and
+   * a workspace in opts, which the CPU path must ignore whatever it says (a scratch buffer, a size
+   * from the input). On the fake GPU only the bytes the size query asked for are declared, however
+   * many the op is offered, so an input whose query had nowhere to answer offers none. */
+  size_t need = 0;
   size_t ws_bytes = (size_t)take(r, 2) << ((a >> 4) & 7);
-  const int with_ws = (a >> 6) & 1;
+  const int null_query = (a >> 7) & 1, with_ws = ((a >> 6) & 1) && !null_query;
   /* on the GPU a workspace is used: say no more than there is (a lie is outside the contract) */
   if (P->here == kDLCUDA && ws_bytes > SCRATCH_BYTES) ws_bytes = SCRATCH_BYTES;
+  kiln_status st;
   if (!qkv) {
-    CHECK(kiln_matmul_int4_workspace_size(ctx, t[0], &w[0], t[2], (a >> 7) & 1 ? NULL : &ws));
-    if (with_ws && kiln_matmul_int4_workspace_size(ctx, t[0], &w[0], t[2], &need) == KILN_OK)
-      declare(P->scratch, ws_bytes < need ? ws_bytes : need);
+    CHECK(st = kiln_matmul_int4_workspace_size(ctx, t[0], &w[0], t[2], null_query ? NULL : &need));
+    if (with_ws) declare_workspace(P->scratch, ws_bytes, st, need);
     kiln_matmul_int4_opts o = kiln_matmul_int4_opts_default();
     o.algo = (kiln_int4_algo)algo;
     if (with_ws) o.workspace = P->scratch, o.workspace_bytes = ws_bytes;
     if (real) CHECK(kiln_matmul_int4(ctx, t[0], &w[0], t[2], (a >> 3) & 1 ? &o : NULL, NULL));
     return;
   }
-  CHECK(kiln_qkv_project_int4_workspace_size(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3],
-                                             (a >> 7) & 1 ? NULL : &ws));
-  if (with_ws && kiln_qkv_project_int4_workspace_size(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3], &need) ==
-                     KILN_OK)
-    declare(P->scratch, ws_bytes < need ? ws_bytes : need);
+  CHECK(st = kiln_qkv_project_int4_workspace_size(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3],
+                                                  null_query ? NULL : &need));
+  if (with_ws) declare_workspace(P->scratch, ws_bytes, st, need);
   kiln_qkv_opts o = kiln_qkv_opts_default();
   o.algo = (kiln_qkv_algo)algo;
   if (with_ws) o.workspace = P->scratch, o.workspace_bytes = ws_bytes;
   if (real) CHECK(kiln_qkv_project_int4(ctx, t[0], &w[0], &w[1], &w[2], t[1], t[2], t[3], &o, NULL));
   /* the int8 call's workspace is another buffer, declared as its own query asks */
   const DLTensor *v = extra.present ? &extra.t : NULL;
-  CHECK(kiln_qkv_project_int8_workspace_size(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], v,
-                                             (a >> 7) & 1 ? NULL : &ws));
   need = 0;
-  if (with_ws && kiln_qkv_project_int8_workspace_size(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], v,
-                                                      &need) == KILN_OK)
-    declare(P->workspace, ws_bytes < need ? ws_bytes : need);
-  if (with_ws) o.workspace = P->workspace;
+  CHECK(st = kiln_qkv_project_int8_workspace_size(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], v,
+                                                  null_query ? NULL : &need));
+  if (with_ws) {
+    declare_workspace(P->workspace, ws_bytes, st, need);
+    o.workspace = P->workspace;
+  }
   for (int i = 1; i <= 3; i++) /* int8 work <= numel(x) · numel(w) */
     if (t[0] && t[i] && !cheap(pair_work(t[0], t[i]), 1 << 20)) return;
   CHECK(kiln_qkv_project_int8(ctx, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], v, &o, NULL));
@@ -395,9 +400,10 @@ static void run(const uint8_t *data, size_t size) {
   CHECK(kiln_matmul(ctx, t[0], t[1], t[2], &o, NULL));
   CHECK(kiln_cast(ctx, t[0], t[2], NULL));
   CHECK(kiln_tensor_copy(ctx, t[0], t[2], NULL));
-  if (ws <= WORKSPACE_BYTES) declare(P->workspace, ws);
-  if (ws <= WORKSPACE_BYTES)
+  if (ws <= WORKSPACE_BYTES) {
+    declare(P->workspace, ws);
     CHECK(kiln_matmul_backward(ctx, t[0], t[1], t[2], t[3], t[4], P->workspace, ws, &o, NULL));
+  }
 }
 
 /* The CPU run's memory is static; the fake GPU's is allocated once through kiln. */
