@@ -371,6 +371,14 @@ static void err_weight(void **state) {
   assert_kiln_fails(MM(&f.x.t, &w, &f.y.t, NULL), E_INV, "w->scales is NULL");
   w = f.w.q, w.zeros = NULL;
   assert_kiln_fails(MM(&f.x.t, &w, &f.y.t, NULL), E_INV, "w->zeros is NULL");
+  /* misaligned buffers: a GPU kernel's u32 load would fault and lose the context */
+  w = f.w.q, w.codes = (uint32_t *)((char *)w.codes + 2);
+  assert_kiln_fails(MM(&f.x.t, &w, &f.y.t, NULL), E_INV, "kiln_matmul_int4: w->codes = ", "is not 4-byte aligned",
+                    "uint32 words");
+  w = f.w.q, w.scales = (uint16_t *)((char *)w.scales + 1);
+  assert_kiln_fails(MM(&f.x.t, &w, &f.y.t, NULL), E_INV, "w->scales = ", "is not 2-byte aligned");
+  w = f.w.q, w.perm = (int32_t *)((char *)w.perm + 1);
+  assert_kiln_fails(MM(&f.x.t, &w, &f.y.t, NULL), E_INV, "w->perm = ", "is not 4-byte aligned", "int32 indices");
   w = f.w.q, w.device = (DLDevice){kDLCUDA, 0};
   assert_kiln_fails(MM(&f.x.t, &w, &f.y.t, NULL), E_INV, "kiln_matmul_int4: w->device is kDLCUDA:0",
                     "the context is the CPU's");

@@ -479,6 +479,8 @@ static void err_dequantize(void **state) {
   assert_kiln_fails(kiln_qweight_dequantize(ctx, &q, test_dl(&tw), NULL), IA, "qw->scales is NULL");
   q = b.q, q.zeros = NULL;
   assert_kiln_fails(kiln_qweight_dequantize(ctx, &q, test_dl(&tw), NULL), IA, "qw->zeros is NULL");
+  q = b.q, q.codes = (uint32_t *)((char *)q.codes + 1);
+  assert_kiln_fails(kiln_qweight_dequantize(ctx, &q, test_dl(&tw), NULL), IA, "qw->codes = ", "not 4-byte aligned");
   q = b.q, q.device = (DLDevice){kDLCUDA, 0};
   assert_kiln_fails(kiln_qweight_dequantize(ctx, &q, test_dl(&tw), NULL), IA, "qw->device", "CPU");
   q = b.q, q.group = 48;

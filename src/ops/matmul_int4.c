@@ -67,12 +67,9 @@ kiln_status kiln_check_int4_weight(const kiln_context *ctx, const char *op, cons
     snprintf(why, sizeof why, "%s", colon ? colon + 2 : msg);
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is not a valid kiln_qweight: %s", op, arg, why);
   }
-  if (!w->codes || !w->scales || !w->zeros)
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: %s->%s is NULL; point codes, scales and zeros at the native buffers (sizes from "
-                     "kiln_qweight_bytes)",
-                     op, arg, !w->codes ? "codes" : !w->scales ? "scales" : "zeros");
-  kiln_status st = kiln_check_device(ctx, op, arg, "->device is", w->device,
+  kiln_status st = kiln_check_qweight_buffers(op, arg, w, "at the native buffers (sizes from kiln_qweight_bytes)");
+  if (st) return st;
+  st = kiln_check_device(ctx, op, arg, "->device is", w->device,
                                      "use a CUDA context for a weight in GPU memory (or set device to {kDLCPU, 0} "
                                      "for host buffers)",
                                      "copy the weight's buffers");

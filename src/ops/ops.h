@@ -100,8 +100,13 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
 kiln_status kiln_check_w16_algo(const kiln_context *ctx, const char *op, int algo, const char *prefix);
 /* The activation x: float16 or bfloat16 [M, K], row- or column-major (rank 2). */
 kiln_status kiln_check_w16_x(const kiln_context *ctx, const char *op, const DLTensor *x, kiln_matrix *m);
-/* A kiln_qweight argument: non-NULL, a valid [k, n] / group (kiln_qweight_bytes' rules), codes,
- * scales and zeros non-NULL, on the context's device, w->k equal to x's K (x for the message). */
+/* A kiln_qweight's buffers (src/ops/qweight.c): codes, scales and zeros non-NULL, and every
+ * buffer (perm too when set) at its elements' natural alignment (4, 2, 1, 4 bytes), which the
+ * kernels' loads and the CPU code's element accesses need; hint ends the NULL message. */
+kiln_status kiln_check_qweight_buffers(const char *op, const char *arg, const kiln_qweight *w, const char *hint);
+/* A kiln_qweight argument: non-NULL, a valid [k, n] / group (kiln_qweight_bytes' rules), its
+ * buffers (kiln_check_qweight_buffers), on the context's device, w->k equal to x's K (x for the
+ * message). */
 kiln_status kiln_check_int4_weight(const kiln_context *ctx, const char *op, const char *arg, const kiln_qweight *w,
                                    const DLTensor *x, int64_t k);
 /* INVALID_ARGUMENT when the output (named out) overlaps a buffer of the weight named arg. */

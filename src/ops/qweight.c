@@ -74,16 +74,32 @@ kiln_status kiln_qweight_bytes(int64_t k, int64_t n, int64_t group, size_t *code
   return KILN_OK;
 }
 
-/* The struct: non-NULL, layout, buffers, device. need_perm: perm must be non-NULL too. */
+kiln_status kiln_check_qweight_buffers(const char *op, const char *arg, const kiln_qweight *w, const char *hint) {
+  if (!w->codes || !w->scales || !w->zeros)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s->%s is NULL; point codes, scales and zeros %s", op, arg,
+                     !w->codes ? "codes" : !w->scales ? "scales" : "zeros", hint);
+  /* A misaligned u32 load is a fault on a GPU (the context is lost) and undefined behaviour in C */
+  const struct {
+    const void *p;
+    unsigned align;
+    const char *name, *what;
+  } b[3] = {{w->codes, 4, "codes", "uint32 words"}, {w->scales, 2, "scales", "float16 values"},
+            {w->perm, 4, "perm", "int32 indices"}};
+  for (int i = 0; i < 3; i++)
+    if ((uintptr_t)b[i].p % b[i].align)
+      return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                       "%s: %s->%s = %p is not %u-byte aligned; it holds %s, so point it at a %u-byte boundary "
+                       "(allocations start at one)",
+                       op, arg, b[i].name, b[i].p, b[i].align, b[i].what, b[i].align);
+  return KILN_OK;
+}
+
+/* The struct: non-NULL, layout, buffers, device. */
 static kiln_status check_qweight(const kiln_context *ctx, const char *op, const char *arg, const kiln_qweight *qw) {
   if (!qw) return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; pass a kiln_qweight", op, arg);
   kiln_status st = check_layout(op, qw->k, qw->n, qw->group);
   if (st) return st;
-  if (!qw->codes || !qw->scales || !qw->zeros)
-    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: %s->%s is NULL; point codes, scales and zeros at buffers of the sizes "
-                     "kiln_qweight_bytes gives",
-                     op, arg, !qw->codes ? "codes" : !qw->scales ? "scales" : "zeros");
+  if ((st = kiln_check_qweight_buffers(op, arg, qw, "at buffers of the sizes kiln_qweight_bytes gives"))) return st;
   return kiln_check_device(ctx, op, arg, "->device is", qw->device, "set device to {kDLCPU, 0} for host buffers",
                            "copy the weight's buffers");
 }

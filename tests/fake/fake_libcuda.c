@@ -461,6 +461,10 @@ static int dtype_bytes(int32_t dt) { return dt == KILN_DT_F32 ? 4 : 2; }
 static const char *check_int4_weight(const uint32_t *codes, const uint16_t *scales, const uint8_t *zeros,
                                      const int32_t *perm, int64_t k, int64_t n, int64_t group) {
   const int64_t groups = group > 0 ? k / group : 0;
+  /* a misaligned element load faults on a GPU */
+  if ((uintptr_t)codes % 4) return "codes (misaligned)";
+  if ((uintptr_t)scales % 2) return "scales (misaligned)";
+  if ((uintptr_t)perm % 4) return "perm (misaligned)";
   if (codes && check_declared((uintptr_t)codes, matrix_bytes(1, 0, k / 8, n, n, 1, 4))) return "codes";
   if (scales && check_declared((uintptr_t)scales, matrix_bytes(1, 0, groups, n, n, 1, 2))) return "scales";
   if (zeros && check_declared((uintptr_t)zeros, matrix_bytes(1, 0, groups, n, n, 1, 1))) return "zeros";
@@ -491,7 +495,7 @@ static const char *check_int8_weight(const kiln_qkv_proj *p, int64_t k) {
 /* A fused QKV call: x and each non-empty projection's weight and output ("k.scales": the key
  * projection's scales; the kernel has not run, so the lock keeps `where` ours until printed) */
 static const char *check_qkv_args(const kiln_qkv_args *q) {
-  static char where[16];
+  static char where[32];
   for (int i = 0; i < 3; i++) {
     const kiln_qkv_proj *p = &q->proj[i];
     if (p->n <= 0) continue;

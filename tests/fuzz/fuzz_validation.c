@@ -248,6 +248,7 @@ static void fuzz_qweight(kiln_context *ctx, reader *r, const DLTensor *const t[9
     qw.perm = (flags >> 3) & 1 ? (int32_t *)(P->qarena + off) : NULL;
     declare(qw.codes, cb), declare(qw.scales, sb), declare(qw.zeros, zb);
     if (qw.perm) declare(qw.perm, pb);
+    if (fmt % 11 == 10) qw.scales = (uint16_t *)((unsigned char *)qw.scales + 1); /* misaligned: refused */
   }
   for (int i = 0; i < 5; i++)
     if (t[i] && !extent_fits(t[i])) return;
@@ -286,6 +287,7 @@ static int make_w16_weight(reader *r, int64_t k_hint, size_t *used, kiln_qweight
   *used += need;
   declare(qw->codes, cb), declare(qw->scales, sb), declare(qw->zeros, zb);
   if (qw->perm) declare(qw->perm, pb);
+  if (flags % 11 == 10) qw->codes = (uint32_t *)((unsigned char *)qw->codes + 2); /* misaligned: refused */
   if ((flags >> 5) & 1)
     for (size_t i = 0; i < zb; i++) qw->zeros[i] %= 17;
   if (qw->perm && ((flags >> 6) & 1))
