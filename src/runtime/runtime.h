@@ -33,7 +33,9 @@ typedef enum kiln_kernel_id {
   KILN_KERNEL_COUNT
 } kiln_kernel_id;
 
-#define KILN_MAX_IMAGES 16
+/* One loaded library per kernel file of kernels/ (17 in 2026-12); a larger build fails context creation
+ * with KILN_ERROR_INTERNAL naming this limit, which test_driver_faults would catch. */
+#define KILN_MAX_IMAGES 32
 
 struct kiln_context {
   DLDeviceType device_type; /* kDLCPU or kDLCUDA */
