@@ -320,9 +320,10 @@ KILN_API kiln_status kiln_matmul_int8(kiln_context *ctx, const DLTensor *a, cons
  * with the maximum over the whole tensor. q[k,n] = round-half-even(w[k,n] / scale) clamped to
  * [-127, 127] (an all-zero column gets scale 1 and zeros; a maximum so small that max / 127
  * underflows gets the smallest subnormal). NaN or infinite weights are rejected before anything
- * is written. q is int8 (or uint8) with w's shape, any strides. Then w ≈ q · scale, and
- * kiln_matmul_int8 with col_scale = scales (or scale = scales[0]) multiplies by it. CPU only for
- * now (UNSUPPORTED on a GPU context). */
+ * is written on a CPU context; on a CUDA context (enqueued on stream, the CPU's results bit for
+ * bit) they are left out of the maxima and give code 0 (NaN) or ±127. q is int8 (or uint8)
+ * with w's shape, any strides. Then w ≈ q · scale, and kiln_matmul_int8 with col_scale = scales
+ * (or scale = scales[0]) multiplies by it. */
 KILN_API kiln_status kiln_quantize_int8(kiln_context *ctx, const DLTensor *w, const DLTensor *q,
                                         const DLTensor *scales, int per_column, CUstream stream);
 

@@ -603,6 +603,12 @@ static const char *check_launch_args(const char *image, void **params) {
       return "src_scales";
     if (q->g_idx && check_declared((uintptr_t)q->g_idx, matrix_bytes(1, 0, q->k, q->g_idx_s, 1, 0, 4))) return "g_idx";
     if (q->g_idx && !q->perm) return "perm (NULL beside a g_idx)";
+  } else if (!strcmp(image, "int8_quantize")) {
+    const kiln_int8_quant_args *q = args;
+    if (check_declared((uintptr_t)q->w, matrix_bytes(1, 0, q->k, q->w_rs, q->n, q->w_cs, dtype_bytes(q->w_dtype))))
+      return "w";
+    if (check_declared((uintptr_t)q->q, matrix_bytes(1, 0, q->k, q->q_rs, q->n, q->q_cs, 1))) return "q";
+    if (check_scales(q->scales, q->n, q->phase == KILN_Q8_COLUMNS ? q->scales_stride : 0)) return "scales";
   } else if (!strcmp(image, "cast")) {
     const kiln_cast_args *c = args;
     if (c->count && check_declared((uintptr_t)c->src, extent(4, c->shape, c->src_strides, dtype_bytes(c->src_dtype))))
