@@ -21,7 +21,7 @@
 # Logs: $OUT/next-MODE.tgz (one file), and a summary on stdout.
 set -u
 unset LD_LIBRARY_PATH # each build's programs load their own libkiln.so (RUNPATH $ORIGIN/..)
-mode=${1:?usage: device-next.sh verify HEAD | p17 RUNG MAIN}
+mode=${1:?usage: device-next.sh verify HEAD | p17 RUNG MAIN | qweight HEAD}
 L=/tmp/next-$mode
 rm -rf "$L" && mkdir -p "$L"
 memcheck() { # memcheck PROGRAM FILTER LOG
@@ -66,6 +66,27 @@ WARPGROUP.DEPBAR $(grep -c 'WARPGROUP.DEPBAR' "$L/sass-$n.txt")"
     done
   done
   for b in "$M" "$R"; do echo "== $(basename "$b")"; grep -E '^\| ' "$L/bench-$(basename "$b").txt" | grep -v -- '---'; done
+  ;;
+qweight)
+  # the GPU importers, quantizer and dequantizer (kernels/qweight.cu) and the int8 quantizer
+  # (kernels/int8_quantize.cu): their tests, memcheck of them,
+  # racecheck and synccheck of the act-order sort (shared memory, block barriers), and the Python
+  # bridge's GPU tests, which now build Int4Weights on the GPU
+  H=$2
+  timeout 150 "$H/tests/test_gpu_qweight" >"$L/test_gpu_qweight.log" 2>&1
+  echo "test_gpu_qweight: exit $?: $(grep -E 'PASSED|FAILED|ERROR' "$L/test_gpu_qweight.log" | head -5 | tr '\n' ' ')"
+  memcheck "$H/tests/test_gpu_qweight" "*" "$L/memcheck-qweight.log"
+  for tool in racecheck synccheck; do
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$H/tests/test_gpu_qweight" --filter import_act_order \
+      >"$L/$tool-qweight.log" 2>&1
+    echo "$tool test_gpu_qweight --filter import_act_order: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-qweight.log"))"
+  done
+  timeout 100 "$H/tests/test_gpu_int8" --filter quantize_matches_cpu >"$L/int8-quantize.log" 2>&1
+  echo "test_gpu_int8 --filter quantize_matches_cpu: exit $?: $(grep -E 'PASSED|FAILED|ERROR' "$L/int8-quantize.log" | head -3 | tr '\n' ' ')"
+  memcheck "$H/tests/test_gpu_int8" "quantize_matches_cpu" "$L/memcheck-int8-quantize.log"
+  PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 240 python3 -m pytest -q -rs -p no:cacheprovider \
+    python/tests/test_gpu.py >"$L/pytest-gpu.log" 2>&1
+  echo "python/tests/test_gpu.py: exit $?: $(tail -1 "$L/pytest-gpu.log")"
   ;;
 *) echo "device-next.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
