@@ -69,21 +69,25 @@ WARPGROUP.DEPBAR $(grep -c 'WARPGROUP.DEPBAR' "$L/sass-$n.txt")"
   ;;
 qweight)
   # the GPU importers, quantizer and dequantizer (kernels/qweight.cu) and the int8 quantizer
-  # (kernels/int8_quantize.cu): their tests, memcheck of them,
-  # racecheck and synccheck of the act-order sort (shared memory, block barriers), and the Python
-  # bridge's GPU tests, which now build Int4Weights on the GPU
+  # (kernels/int8_quantize.cu): their tests, memcheck of them, the benchmark against the CPU
+  # context, racecheck and synccheck of the act-order sort (shared memory, block barriers), and
+  # the Python bridge's GPU tests, which now build weights on the GPU (most important first)
   H=$2
   timeout 150 "$H/tests/test_gpu_qweight" >"$L/test_gpu_qweight.log" 2>&1
   echo "test_gpu_qweight: exit $?: $(grep -E 'PASSED|FAILED|ERROR' "$L/test_gpu_qweight.log" | head -5 | tr '\n' ' ')"
+  timeout 100 "$H/tests/test_gpu_int8" --filter quantize_matches_cpu >"$L/int8-quantize.log" 2>&1
+  echo "test_gpu_int8 --filter quantize_matches_cpu: exit $?: $(grep -E 'PASSED|FAILED|ERROR' "$L/int8-quantize.log" | head -3 | tr '\n' ' ')"
   memcheck "$H/tests/test_gpu_qweight" "*" "$L/memcheck-qweight.log"
+  memcheck "$H/tests/test_gpu_int8" "quantize_matches_cpu" "$L/memcheck-int8-quantize.log"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode" # what is done so far comes back even if cut short
+  timeout 120 "$H/tools/kiln-bench" qweight --shape 4096x12288 --shape 8192x28672 --reps 10 >"$L/bench-qweight.txt" 2>&1
+  echo "kiln-bench qweight: exit $?"; grep -E '^(qweight|op) ' "$L/bench-qweight.txt"
   for tool in racecheck synccheck; do
     timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$H/tests/test_gpu_qweight" --filter import_act_order \
       >"$L/$tool-qweight.log" 2>&1
     echo "$tool test_gpu_qweight --filter import_act_order: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-qweight.log"))"
   done
-  timeout 100 "$H/tests/test_gpu_int8" --filter quantize_matches_cpu >"$L/int8-quantize.log" 2>&1
-  echo "test_gpu_int8 --filter quantize_matches_cpu: exit $?: $(grep -E 'PASSED|FAILED|ERROR' "$L/int8-quantize.log" | head -3 | tr '\n' ' ')"
-  memcheck "$H/tests/test_gpu_int8" "quantize_matches_cpu" "$L/memcheck-int8-quantize.log"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 240 python3 -m pytest -q -rs -p no:cacheprovider \
     python/tests/test_gpu.py >"$L/pytest-gpu.log" 2>&1
   echo "python/tests/test_gpu.py: exit $?: $(tail -1 "$L/pytest-gpu.log")"
