@@ -33,7 +33,7 @@ typedef enum kiln_kernel_id {
   KILN_KERNEL_COUNT
 } kiln_kernel_id;
 
-/* One loaded library per kernel file of kernels/ (17 in 2026-12); a larger build fails context creation
+/* One loaded library per kernel file of kernels/ (15; 17 with the GPU weight conversions); more fail context creation
  * with KILN_ERROR_INTERNAL naming this limit, which test_driver_faults would catch. */
 #define KILN_MAX_IMAGES 32
 
