@@ -70,9 +70,9 @@ kiln_status kiln_check_int4_weight(const kiln_context *ctx, const char *op, cons
   kiln_status st = kiln_check_qweight_buffers(op, arg, w, "at the native buffers (sizes from kiln_qweight_bytes)");
   if (st) return st;
   st = kiln_check_device(ctx, op, arg, "->device is", w->device,
-                                     "use a CUDA context for a weight in GPU memory (or set device to {kDLCPU, 0} "
-                                     "for host buffers)",
-                                     "copy the weight's buffers");
+                         "use a CUDA context for a weight in GPU memory (or set device to {kDLCPU, 0} for host "
+                         "buffers)",
+                         "copy the weight's buffers");
   if (st) return st;
   if (w->k != k) {
     char sh[160];

@@ -33,8 +33,8 @@ typedef enum kiln_kernel_id {
   KILN_KERNEL_COUNT
 } kiln_kernel_id;
 
-/* One loaded library per kernel file of kernels/ (15; 17 with the GPU weight conversions); more fail context creation
- * with KILN_ERROR_INTERNAL naming this limit, which test_driver_faults would catch. */
+/* One loaded library per kernel file of kernels/; a build with more fails context creation with
+ * KILN_ERROR_INTERNAL naming this limit (every test_driver_faults mode would catch it). */
 #define KILN_MAX_IMAGES 32
 
 struct kiln_context {
