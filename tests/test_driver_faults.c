@@ -13,6 +13,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "test_util.h"
 
@@ -305,6 +306,97 @@ static void int4_prefill_paths(kiln_context *ctx) {
   assert_int_equal(fake("context_depth"), 0);
 }
 
+/* kiln_matmul_int4's and the fused QKV calls' DECODE on the fake sm_90 (run in CI, no GPU), told
+ * apart by the TMA descriptors a call encodes (src/ops/wa16_gpu.c): the sm_90a kernel takes
+ * M <= 8 (x's map, then codes, scales and zeros per projection), with a ring that wraps when the
+ * stages outnumber its slots (K = 65536 in one tile) and per-column scales (G = K: one group row
+ * per stage); M = 9, an act-order weight, or a misaligned x fall back to the sm_80 kernel (no
+ * map). int8 at M = 8 and K = 8192 runs 48 KB slots in a 3-slot ring (12 consumers), and at M = 1
+ * may take 16-column tiles; the launch checks each smem size against the fake's opt-in limit. */
+static void decode_paths(kiln_context *ctx) {
+  const DLDataType I8 = {kDLInt, 8, 1}, U8 = {kDLUInt, 8, 1}, U32 = {kDLUInt, 32, 1}, I32 = {kDLInt, 32, 1};
+  const int allocations = fake("live_allocations");
+  struct {
+    int64_t m, k, n, group;
+    DLDataType dt;
+    bool perm, offset_x; /* an act-order weight; x one element past an aligned address */
+    int maps;            /* TMA descriptors the call encodes: 4 for the sm_90a kernel, 0 for sm_80's */
+  } cases[] = {
+      {1, 1024, 64, 128, TEST_F16, false, false, 4},   {8, 2048, 96, 32, TEST_BF16, false, false, 4},
+      {3, 2048, 32, 2048, TEST_F16, false, false, 4},  {1, 65536, 32, 128, TEST_F16, false, false, 4},
+      {9, 1024, 64, 128, TEST_F16, false, false, 0},   {1, 1024, 64, 128, TEST_F16, true, false, 0},
+      {1, 1024, 64, 128, TEST_BF16, false, true, 0},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const int64_t M = cases[c].m, K = cases[c].k, N = cases[c].n, G = cases[c].group;
+    DLManagedTensorVersioned *x = empty(ctx, cases[c].dt, M, K + 8), *y = empty(ctx, cases[c].dt, M, N);
+    DLManagedTensorVersioned *codes = empty(ctx, U32, K / 8, N), *scales = empty(ctx, TEST_F16, K / G, N),
+                             *zeros = empty(ctx, U8, K / G, N), *perm = empty(ctx, I32, 1, K);
+    int64_t x_shape[2] = {M, K}, x_strides[2] = {K + 8, 1};
+    DLTensor xv = x->dl_tensor;
+    xv.shape = x_shape, xv.strides = x_strides, xv.byte_offset = cases[c].offset_x ? 2 : 0;
+    kiln_qweight w = {.k = K, .n = N, .group = G, .codes = codes->dl_tensor.data, .scales = scales->dl_tensor.data,
+                      .zeros = zeros->dl_tensor.data, .perm = cases[c].perm ? perm->dl_tensor.data : NULL,
+                      .device = codes->dl_tensor.device};
+    kiln_matmul_int4_opts o = kiln_matmul_int4_opts_default();
+    o.algo = KILN_INT4_DECODE;
+    const int maps = fake("tensor_maps"), launches = fake("launches_0");
+    assert_kiln_ok(kiln_matmul_int4(ctx, &xv, &w, &y->dl_tensor, &o, NULL));
+    assert_int_equal(fake("tensor_maps") - maps, cases[c].maps);
+    assert_int_equal(fake("launches_0") - launches, 1);
+    kiln_tensor_free(x), kiln_tensor_free(y), kiln_tensor_free(codes), kiln_tensor_free(scales);
+    kiln_tensor_free(zeros), kiln_tensor_free(perm);
+  }
+  /* the fused int4 QKV with grouped-query widths (64 + 32 + 32) at M = 1: x's map and three per
+   * projection, one launch */
+  const int64_t K = 1024, G = 128, widths[3] = {64, 32, 32};
+  DLManagedTensorVersioned *x = empty(ctx, TEST_F16, 1, K), *part[3][4];
+  kiln_qweight w[3];
+  for (int i = 0; i < 3; i++) {
+    const int64_t N = widths[i];
+    part[i][0] = empty(ctx, U32, K / 8, N), part[i][1] = empty(ctx, TEST_F16, K / G, N);
+    part[i][2] = empty(ctx, U8, K / G, N), part[i][3] = empty(ctx, TEST_F16, 1, N);
+    w[i] = (kiln_qweight){.k = K, .n = N, .group = G, .codes = part[i][0]->dl_tensor.data,
+                          .scales = part[i][1]->dl_tensor.data, .zeros = part[i][2]->dl_tensor.data,
+                          .device = part[i][0]->dl_tensor.device};
+  }
+  kiln_qkv_opts q = kiln_qkv_opts_default();
+  q.algo = KILN_QKV_DECODE;
+  int maps = fake("tensor_maps"), launches = fake("launches_0");
+  assert_kiln_ok(kiln_qkv_project_int4(ctx, &x->dl_tensor, &w[0], &w[1], &w[2], &part[0][3]->dl_tensor,
+                                       &part[1][3]->dl_tensor, &part[2][3]->dl_tensor, &q, NULL));
+  assert_int_equal(fake("tensor_maps") - maps, 10);
+  assert_int_equal(fake("launches_0") - launches, 1);
+  /* int8, column-major weights W [96, 8192] seen as [8192, 96] with per-column scales, at M = 8
+   * (48 KB slots) and M = 1; one map for x and one per weight */
+  const int64_t K8 = 8192;
+  DLManagedTensorVersioned *x8 = empty(ctx, TEST_F16, 8, K8), *w8 = empty(ctx, I8, 96, K8),
+                           *s8 = empty(ctx, TEST_F32, 1, 96), *y8 = empty(ctx, TEST_F16, 3 * 8, 96);
+  DLTensor wt = w8->dl_tensor, sv = s8->dl_tensor, yv[3], x1 = x8->dl_tensor;
+  int64_t wt_shape[2] = {K8, 96}, wt_strides[2] = {1, K8}, s_shape[1] = {96}, y_shape[2] = {8, 96},
+          x1_shape[2] = {1, K8}, y1_shape[2] = {1, 96};
+  wt.shape = wt_shape, wt.strides = wt_strides;
+  sv.ndim = 1, sv.shape = s_shape, sv.strides = NULL;
+  x1.shape = x1_shape;
+  for (int rows = 8; rows >= 1; rows -= 7) {
+    for (int i = 0; i < 3; i++) {
+      yv[i] = y8->dl_tensor;
+      yv[i].shape = rows == 8 ? y_shape : y1_shape;
+      yv[i].byte_offset = (uint64_t)i * 8 * 96 * 2;
+    }
+    maps = fake("tensor_maps"), launches = fake("launches_0");
+    assert_kiln_ok(kiln_qkv_project_int8(ctx, rows == 8 ? &x8->dl_tensor : &x1, &wt, &wt, &wt, &sv, &sv, &sv, &yv[0],
+                                         &yv[1], &yv[2], &q, NULL));
+    assert_int_equal(fake("tensor_maps") - maps, 4);
+    assert_int_equal(fake("launches_0") - launches, 1);
+  }
+  kiln_tensor_free(x), kiln_tensor_free(x8), kiln_tensor_free(w8), kiln_tensor_free(s8), kiln_tensor_free(y8);
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++) kiln_tensor_free(part[i][j]);
+  assert_int_equal(fake("live_allocations"), allocations);
+  assert_int_equal(fake("context_depth"), 0);
+}
+
 /* kiln_attention's forward on the fake sm_90 (run in CI, no GPU): AUTO, FLASH, FLASH_WGMMA and
  * SMEM encode rank-4 TMA maps of q, k, v (B = 1: its normalized stride 0 must become a valid
  * one) and launch a WGMMA kernel (SMEM and AUTO at this length the short-sequence one);
@@ -388,6 +480,230 @@ static void attention_paths(kiln_context *ctx) {
   assert_int_equal(fake("context_depth"), 0);
 }
 
+/* kiln_matmul's and kiln_matmul_int8's layouts on the fake sm_90 (run in CI, no GPU): a
+ * column-major C is computed as Cᵀ = Bᵀ·Aᵀ (one launch, every algo); rows of 60 f16 (120 bytes)
+ * are refused by WGMMA (TMA) and CP_ASYNC (cp.async of 16-byte chunks), naming the leading
+ * dimensions, before any launch, and run on MMA_SYNC's scalar loader under AUTO. */
+static void matmul_layouts(kiln_context *ctx) {
+  const DLDataType I8 = {kDLInt, 8, 1};
+  const int allocations = fake("live_allocations");
+  DLManagedTensorVersioned *a = empty(ctx, TEST_F16, 64, 64), *b = empty(ctx, TEST_F16, 64, 64),
+                           *c = empty(ctx, TEST_F32, 64, 64), *a8 = empty(ctx, I8, 64, 64), *b8 = empty(ctx, I8, 64, 64);
+  int64_t shape[2] = {64, 64}, col_major[2] = {1, 64}, narrow[2] = {64, 60};
+  DLTensor ct = c->dl_tensor, b8t = b8->dl_tensor;
+  ct.shape = shape, ct.strides = col_major;
+  b8t.strides = col_major; /* k-major B, as WGMMA wants */
+  kiln_matmul_opts o = kiln_matmul_opts_default();
+  const kiln_matmul_algo algos[4] = {KILN_MATMUL_AUTO, KILN_MATMUL_MMA_SYNC, KILN_MATMUL_CP_ASYNC, KILN_MATMUL_WGMMA};
+  for (int i = 0; i < 4; i++) {
+    o.algo = algos[i];
+    const int launches = fake("launches_0");
+    assert_kiln_ok(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &ct, &o, NULL));
+    assert_int_equal(fake("launches_0") - launches, 1);
+  }
+  kiln_matmul_int8_opts o8 = kiln_matmul_int8_opts_default();
+  const kiln_int8_algo algos8[3] = {KILN_INT8_AUTO, KILN_INT8_MMA_SYNC, KILN_INT8_WGMMA};
+  for (int i = 0; i < 3; i++) { /* Cᵀ = Bᵀ·Aᵀ: Bᵀ row-major and Aᵀ k-major, as WGMMA wants */
+    o8.algo = algos8[i];
+    const int launches = fake("launches_0");
+    assert_kiln_ok(kiln_matmul_int8(ctx, &a8->dl_tensor, &b8t, &ct, &o8, NULL));
+    assert_int_equal(fake("launches_0") - launches, 1);
+  }
+  /* A [64, 60]: rows 60 elements (120 bytes) apart */
+  DLTensor an = a->dl_tensor, bn = b->dl_tensor;
+  int64_t an_strides[2] = {60, 1}, bn_strides[2] = {64, 1}, bn_shape[2] = {60, 64};
+  an.shape = narrow, an.strides = an_strides;
+  bn.shape = bn_shape, bn.strides = bn_strides;
+  const int launches = fake("launches_0");
+  o.algo = KILN_MATMUL_WGMMA;
+  assert_kiln_fails(kiln_matmul(ctx, &an, &bn, &c->dl_tensor, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "kiln_matmul: algo WGMMA loads tiles with TMA", "but A has ld 60 and B has ld 64",
+                    "use KILN_MATMUL_AUTO or _MMA_SYNC, or pad the leading dimension to a multiple of 8");
+  o.algo = KILN_MATMUL_CP_ASYNC;
+  assert_kiln_fails(kiln_matmul(ctx, &an, &bn, &c->dl_tensor, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "kiln_matmul: algo CP_ASYNC needs 16-byte aligned operand rows", "but A has ld 60 and B has ld 64");
+  assert_int_equal(fake("launches_0"), launches);
+  o.algo = KILN_MATMUL_AUTO;
+  assert_kiln_ok(kiln_matmul(ctx, &an, &bn, &c->dl_tensor, &o, NULL));
+  assert_int_equal(fake("launches_0") - launches, 1);
+  kiln_tensor_free(a), kiln_tensor_free(b), kiln_tensor_free(c), kiln_tensor_free(a8), kiln_tensor_free(b8);
+  assert_int_equal(fake("live_allocations"), allocations);
+  assert_int_equal(fake("context_depth"), 0);
+}
+
+/* kiln_matmul_backward on the fake sm_90 (run in CI, no GPU): an f32 dC is converted into the
+ * workspace (one cast), then dA = dC·Bᵀ and dB = Aᵀ·dC (one GEMM each, through transposed
+ * views); NULL skips a gradient; a B broadcast over a batch of 3 sums dB over it, one GEMM per
+ * batch. The workspace is refused before any launch when missing, misaligned or overlapping an
+ * argument, naming it. */
+static void matmul_backward_paths(kiln_context *ctx) {
+  const int allocations = fake("live_allocations");
+  DLManagedTensorVersioned *a = empty(ctx, TEST_F16, 3 * 64, 32), *b = empty(ctx, TEST_F16, 32, 48),
+                           *dc = empty(ctx, TEST_F32, 3 * 64, 48), *da = empty(ctx, TEST_F16, 3 * 64, 32),
+                           *db = empty(ctx, TEST_F32, 32, 48), *ws = empty(ctx, TEST_F16, 3 * 64, 64);
+  size_t bytes = 0;
+  assert_kiln_ok(kiln_matmul_backward_workspace_size(ctx, &a->dl_tensor, &b->dl_tensor, &dc->dl_tensor,
+                                                     &da->dl_tensor, &db->dl_tensor, &bytes));
+  assert_int_equal(bytes, 3 * 64 * 48 * 2); /* dC as f16 */
+  int launches = fake("launches_0");
+  assert_kiln_ok(kiln_matmul_backward(ctx, &a->dl_tensor, &b->dl_tensor, &dc->dl_tensor, &da->dl_tensor,
+                                      &db->dl_tensor, ws->dl_tensor.data, bytes, NULL, NULL));
+  assert_int_equal(fake("launches_0") - launches, 3);
+  launches = fake("launches_0");
+  assert_kiln_ok(kiln_matmul_backward(ctx, &a->dl_tensor, &b->dl_tensor, &dc->dl_tensor, NULL, &db->dl_tensor,
+                                      ws->dl_tensor.data, bytes, NULL, NULL));
+  assert_int_equal(fake("launches_0") - launches, 2);
+  /* the batch: A [3, 64, 32] · B [32, 48] (broadcast) = C [3, 64, 48]; dB [32, 48] f32 sums the three */
+  int64_t a3[3] = {3, 64, 32}, c3[3] = {3, 64, 48};
+  DLTensor A3 = a->dl_tensor, C3 = dc->dl_tensor, DA3 = da->dl_tensor;
+  A3.ndim = DA3.ndim = C3.ndim = 3, A3.shape = DA3.shape = a3, C3.shape = c3;
+  A3.strides = DA3.strides = C3.strides = NULL;
+  assert_kiln_ok(kiln_matmul_backward_workspace_size(ctx, &A3, &b->dl_tensor, &C3, &DA3, &db->dl_tensor, &bytes));
+  launches = fake("launches_0");
+  assert_kiln_ok(kiln_matmul_backward(ctx, &A3, &b->dl_tensor, &C3, &DA3, &db->dl_tensor, ws->dl_tensor.data, bytes,
+                                      NULL, NULL));
+  assert_int_equal(fake("launches_0") - launches, 1 + 1 + 3);
+  /* the workspace refused */
+  launches = fake("launches_0");
+  assert_kiln_fails(kiln_matmul_backward(ctx, &A3, &b->dl_tensor, &C3, &DA3, &db->dl_tensor, NULL, bytes, NULL, NULL),
+                    KILN_ERROR_WORKSPACE, "kiln_matmul_backward: workspace is", "(NULL) but this call needs",
+                    "kiln_matmul_backward_workspace_size");
+  assert_kiln_fails(kiln_matmul_backward(ctx, &A3, &b->dl_tensor, &C3, &DA3, &db->dl_tensor, ws->dl_tensor.data,
+                                         bytes - 1, NULL, NULL),
+                    KILN_ERROR_WORKSPACE, "kiln_matmul_backward: workspace is", "but this call needs");
+  assert_kiln_fails(kiln_matmul_backward(ctx, &A3, &b->dl_tensor, &C3, &DA3, &db->dl_tensor,
+                                         (char *)ws->dl_tensor.data + 16, bytes, NULL, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul_backward: workspace", "is not 256-byte aligned");
+  assert_kiln_fails(kiln_matmul_backward(ctx, &A3, &b->dl_tensor, &C3, &DA3, &db->dl_tensor, da->dl_tensor.data,
+                                         bytes, NULL, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul_backward: workspace overlaps da in memory");
+  assert_int_equal(fake("launches_0"), launches);
+  kiln_tensor_free(a), kiln_tensor_free(b), kiln_tensor_free(dc), kiln_tensor_free(da), kiln_tensor_free(db);
+  kiln_tensor_free(ws);
+  assert_int_equal(fake("live_allocations"), allocations);
+  assert_int_equal(fake("context_depth"), 0);
+}
+
+/* The fused QKV calls' PREFILL through the workspace on the fake sm_90 (run in CI, no GPU), where
+ * the one-kernel path has too few tiles (N = 96: one tile a projection): with separate outputs,
+ * each weight is dequantized into the workspace and multiplied in turn (six launches); with
+ * outputs side by side in one [M, 3·96] buffer, the three weights are dequantized side by side
+ * and one kiln_matmul writes all three (four launches), which the size query accounts for. */
+static void qkv_prefill_copies(kiln_context *ctx) {
+  const DLDataType I8 = {kDLInt, 8, 1}, U8 = {kDLUInt, 8, 1}, U32 = {kDLUInt, 32, 1};
+  const int allocations = fake("live_allocations");
+  const int64_t M = 64, K = 128, N = 96, G = 64;
+  DLManagedTensorVersioned *x = empty(ctx, TEST_F16, M, K), *y = empty(ctx, TEST_F16, M, 3 * N),
+                           *ws = empty(ctx, TEST_F16, K, 3 * N), *codes = empty(ctx, U32, K / 8, N),
+                           *scales = empty(ctx, TEST_F16, K / G, N), *zeros = empty(ctx, U8, K / G, N),
+                           *w8 = empty(ctx, I8, K, N), *s8 = empty(ctx, TEST_F32, 1, N);
+  kiln_qweight w = {.k = K, .n = N, .group = G, .codes = codes->dl_tensor.data, .scales = scales->dl_tensor.data,
+                    .zeros = zeros->dl_tensor.data, .device = codes->dl_tensor.device};
+  int64_t y_shape[2] = {M, N}, y_strides[2] = {3 * N, 1}, s_shape[1] = {N};
+  DLTensor side[3], apart[3], sv = s8->dl_tensor;
+  sv.ndim = 1, sv.shape = s_shape, sv.strides = NULL;
+  for (int i = 0; i < 3; i++) {
+    side[i] = y->dl_tensor, side[i].shape = y_shape, side[i].strides = y_strides;
+    side[i].byte_offset = (uint64_t)i * N * 2;
+    apart[i] = side[i], apart[i].byte_offset = (uint64_t)(2 - i) * N * 2; /* v, k, q: not in order */
+  }
+  kiln_qkv_opts q = kiln_qkv_opts_default();
+  q.algo = KILN_QKV_PREFILL, q.workspace = ws->dl_tensor.data;
+  for (int int8 = 0; int8 < 2; int8++)
+    for (int merged = 0; merged < 2; merged++) {
+      const DLTensor *out = merged ? side : apart, *W = &w8->dl_tensor;
+      size_t bytes = 0;
+      assert_kiln_ok(int8 ? kiln_qkv_project_int8_workspace_size(ctx, &x->dl_tensor, W, W, W, &sv, &sv, &sv, &out[0],
+                                                                 &out[1], &out[2], &bytes)
+                          : kiln_qkv_project_int4_workspace_size(ctx, &x->dl_tensor, &w, &w, &w, &out[0], &out[1],
+                                                                 &out[2], &bytes));
+      assert_int_equal(bytes, (size_t)(K * (merged ? 3 * N : N) * 2));
+      q.workspace_bytes = bytes;
+      const int launches = fake("launches_0");
+      assert_kiln_ok(int8 ? kiln_qkv_project_int8(ctx, &x->dl_tensor, W, W, W, &sv, &sv, &sv, &out[0], &out[1],
+                                                  &out[2], &q, NULL)
+                          : kiln_qkv_project_int4(ctx, &x->dl_tensor, &w, &w, &w, &out[0], &out[1], &out[2], &q,
+                                                  NULL));
+      assert_int_equal(fake("launches_0") - launches, merged ? 4 : 6);
+    }
+  DLManagedTensorVersioned *all[] = {x, y, ws, codes, scales, zeros, w8, s8};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_tensor_free(all[i]);
+  assert_int_equal(fake("live_allocations"), allocations);
+  assert_int_equal(fake("context_depth"), 0);
+}
+
+/* What the tensor-core attention kernels cannot take, on the fake sm_90 (run in CI, no GPU): an
+ * explicit FLASH_MMA_SYNC or FLASH_WGMMA names the misfit (float32 inputs, D not a multiple of
+ * 8, a strided head dimension, a misaligned q) before any launch, while AUTO and FLASH run the
+ * problem on the CUDA-core kernels, forward (one launch) and backward (delta, dK/dV, dQ; dQ
+ * skipped when NULL). tile_m 192 (the wide sm_90a forward) takes D <= 64 only. */
+static void attention_refusals(kiln_context *ctx) {
+  const int allocations = fake("live_allocations");
+  DLManagedTensorVersioned *buf[8]; /* q, k, v, o, dout, dq, dk, dv: room for [1, 2, 64, 128] f32 */
+  for (int i = 0; i < 8; i++) buf[i] = empty(ctx, TEST_F32, 2 * 64, 128);
+  DLManagedTensorVersioned *lse_buf = empty(ctx, TEST_F32, 2, 64), *ws = empty(ctx, TEST_F32, 2 * 64, 256);
+  int64_t shape[4] = {1, 2, 64, 64}, lse_shape[3] = {1, 2, 64}, strided[4] = {2 * 64 * 128, 64 * 128, 128, 2};
+  DLTensor t[8], lse = {lse_buf->dl_tensor.data, {kDLCUDA, 0}, 3, TEST_F32, lse_shape, NULL, 0};
+  const struct {
+    DLDataType dt;
+    int64_t d;
+    bool strided, offset; /* q's head dimension at stride 2; q 2 bytes past its buffer's start */
+    const char *why;
+  } misfits[] = {
+      {TEST_F32, 64, false, false, "q, k and v are float32, but the tensor-core kernels take float16 and bfloat16"},
+      {TEST_F16, 60, false, false, "need D == Dv and D a multiple of 8, but D is 60 and Dv is 60"},
+      {TEST_BF16, 64, true, false, "contiguous head dimension (stride 1) in q, k, v and o, but their strides there "
+                                   "are 2, 1, 1 and 1"},
+      {TEST_F16, 64, false, true, "need 16-byte aligned data"},
+  };
+  const kiln_attention_algo named[2] = {KILN_ATTENTION_FLASH_MMA_SYNC, KILN_ATTENTION_FLASH_WGMMA};
+  const char *names[2] = {"algo FLASH_MMA_SYNC", "algo FLASH_WGMMA"};
+  for (size_t m = 0; m < sizeof misfits / sizeof misfits[0]; m++) {
+    shape[3] = misfits[m].d;
+    for (int i = 0; i < 8; i++)
+      t[i] = (DLTensor){buf[i]->dl_tensor.data, {kDLCUDA, 0}, 4, misfits[m].dt, shape, NULL, 0};
+    if (misfits[m].strided) t[0].strides = strided;
+    if (misfits[m].offset) t[0].byte_offset = 2;
+    kiln_attention_opts o = kiln_attention_opts_default();
+    int launches = fake("launches_0");
+    for (int a = 0; a < 2; a++) {
+      o.algo = named[a];
+      assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                        "kiln_attention: ", names[a], misfits[m].why,
+                        "KILN_ATTENTION_FLASH and _AUTO run it on the CUDA-core kernels");
+      assert_kiln_fails(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &t[4], &t[5], &t[6], &t[7],
+                                                ws->dl_tensor.data, 2 * 64 * 256 * 4, &o, NULL),
+                        KILN_ERROR_UNSUPPORTED, "kiln_attention_backward: ", names[a], misfits[m].why);
+    }
+    assert_int_equal(fake("launches_0"), launches);
+    o.algo = KILN_ATTENTION_FLASH;
+    assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &o, NULL));
+    assert_int_equal(fake("launches_0") - launches, 1);
+    o.algo = KILN_ATTENTION_AUTO, launches = fake("launches_0");
+    assert_kiln_ok(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &t[4], &t[5], &t[6], &t[7],
+                                           ws->dl_tensor.data, 2 * 64 * 256 * 4, &o, NULL));
+    assert_int_equal(fake("launches_0") - launches, 3);
+    launches = fake("launches_0");
+    assert_kiln_ok(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &t[4], NULL, &t[6], &t[7],
+                                           ws->dl_tensor.data, 2 * 64 * 256 * 4, &o, NULL));
+    assert_int_equal(fake("launches_0") - launches, 2);
+  }
+  /* tile_m: 192 runs the wide configuration at D = 64 and is refused at D = 128 */
+  shape[3] = 64;
+  for (int i = 0; i < 4; i++) t[i] = (DLTensor){buf[i]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, shape, NULL, 0};
+  kiln_attention_opts o = kiln_attention_opts_default();
+  o.algo = KILN_ATTENTION_FLASH_WGMMA, o.tile_m = 192;
+  assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL));
+  shape[3] = 128;
+  assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "kiln_attention: opts->tile_m is 192 but D is 128",
+                    "the wide sm_90a forward takes head dims <= 64; use tile_m 0 or 128");
+  for (int i = 0; i < 8; i++) kiln_tensor_free(buf[i]);
+  kiln_tensor_free(lse_buf), kiln_tensor_free(ws);
+  assert_int_equal(fake("live_allocations"), allocations);
+  assert_int_equal(fake("context_depth"), 0);
+}
+
 static kiln_context *create_device_0(void) {
   kiln_context *ctx = NULL;
   assert_kiln_ok(kiln_context_create(kDLCUDA, 0, &ctx));
@@ -411,9 +727,14 @@ static kiln_context *create_device_0(void) {
 static void healthy(void) {
   kiln_context *ctx = create_device_0();
   assert_context_usable(ctx, NULL);
+  matmul_layouts(ctx);
   int8_paths(ctx);
+  matmul_backward_paths(ctx);
+  qkv_prefill_copies(ctx);
+  decode_paths(ctx);
   int4_prefill_paths(ctx);
   attention_paths(ctx);
+  attention_refusals(ctx);
   CUstream s = NULL;
   assert_kiln_ok(kiln_stream_create(ctx, &s));
   assert_non_null(s);
