@@ -83,7 +83,7 @@ kiln_status kiln_cpu_matmul_int8(const char *op, const kiln_int8_args *args) {
 
 kiln_status kiln_cpu_quantize_int8(const char *op, const kiln_cpu_quant_args *args) {
   const int64_t K = args->k, N = args->n;
-  float *colmax = malloc(sizeof(float) * (size_t)N);
+  float *colmax = calloc((size_t)N, sizeof(float));
   if (!colmax) return kiln_fail(KILN_ERROR_OUT_OF_MEMORY, "%s: out of host memory for the column maxima", op);
   /* Pass 1: max |w| per column, and no NaN or infinity anywhere (checked before any write). */
   int64_t bad_k = -1, bad_n = -1;

@@ -208,7 +208,8 @@ static kiln_status check_reference_qweight(const kiln_context *ctx, const char *
 static kiln_status check_out_overlap(const char *op, const kiln_qweight *q, bool with_perm, const char *in_name,
                                      const void *in, size_t in_bytes) {
   size_t cb, sb, zb, pb;
-  kiln_qweight_bytes(q->k, q->n, q->group, &cb, &sb, &zb, &pb);
+  const kiln_status st = kiln_qweight_bytes(q->k, q->n, q->group, &cb, &sb, &zb, &pb);
+  if (st) return st;
   const void *p[4] = {q->codes, q->scales, q->zeros, q->perm};
   const size_t b[4] = {cb, sb, zb, with_perm ? pb : 0};
   static const char *nm[4] = {"codes", "scales", "zeros", "perm"};
@@ -345,7 +346,7 @@ kiln_status kiln_qweight_import(kiln_context *ctx, kiln_qformat format, const DL
   if ((st = cpu_only(ctx, op))) return st;
 
   if (permuted) {
-    order = malloc((size_t)K * sizeof(int32_t));
+    order = calloc((size_t)K, sizeof(int32_t));
     if (!order) return kiln_fail(KILN_ERROR_OUT_OF_MEMORY, "%s: could not allocate the [K] permutation", op);
     int64_t *next = malloc((size_t)NG * sizeof(int64_t));
     if (!next) {
@@ -438,7 +439,7 @@ kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweight *qw, c
   kiln_matrix W;
   if ((st = kiln_matrix_view(op, "w", w, false, &W))) return st;
   size_t cb, sb, zb;
-  kiln_qweight_bytes(K, N, G, &cb, &sb, &zb, NULL);
+  if ((st = kiln_qweight_bytes(K, N, G, &cb, &sb, &zb, NULL))) return st;
   if (kiln_spans_overlap(W.data, (size_t)W.span_bytes, qw->codes, cb) ||
       kiln_spans_overlap(W.data, (size_t)W.span_bytes, qw->scales, sb) ||
       kiln_spans_overlap(W.data, (size_t)W.span_bytes, qw->zeros, zb))

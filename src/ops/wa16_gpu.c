@@ -116,6 +116,8 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
   const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
   const int cols = int8 ? wa8_tile_cols(a, sms) : 32, t = cols / 16; /* t: the kernel's MMA tiles */
   const int64_t tiles = tiles_of(a, cols) * args.row_tiles;
+  if (tiles < 1) /* validation gives every call a column */
+    return kiln_fail(KILN_ERROR_INTERNAL, "%s: internal error: the DECODE kernel got no columns", op);
   for (int i = 0; i < 3 && !st; i++) {
     const kiln_qkv_proj *p = &a->proj[i];
     if (p->n == 0) continue;
@@ -399,6 +401,8 @@ kiln_status kiln_w8_wgmma(const kiln_context *ctx, const char *op, const kiln_qk
   kiln_int4_args a[3];
   const kiln_qkv_proj *w[3];
   kiln_w4_wgmma_args args = {.count = w8_problems(q, a, w)};
+  if (!args.count) /* kiln_w8_wgmma_fits held, so there is a projection */
+    return kiln_fail(KILN_ERROR_INTERNAL, "%s: internal error: PREFILL got no projection", op);
   /* x, then each weight's [N][K] bytes as the codes map of its problem (kernels/w4_prefill_sm90.cu) */
   kiln_tensor_map maps[1 + 3 * KILN_W4_WG_PROBLEMS] = {0};
   kiln_status st = KILN_OK;

@@ -10,7 +10,7 @@
 
 static _Thread_local char last_message[KILN_MESSAGE_BYTES];
 
-kiln_status kiln_fail(kiln_status status, const char *fmt, ...) {
+kiln_status(kiln_fail)(kiln_status status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_message, sizeof last_message, fmt, ap);
