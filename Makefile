@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps build run test test-asan test-valgrind fuzz bench bench-run clean
+.PHONY: all deps build run test test-asan test-valgrind fuzz lint bench bench-run clean
 
 all: build
 
@@ -25,7 +25,7 @@ run: build
 
 # Host tests again under AddressSanitizer + UndefinedBehaviorSanitizer (a CPU-only build, so the
 # kernels are not compiled twice), then every test of the main build, whose summary comes last.
-test: build test-asan test-valgrind fuzz
+test: build lint test-asan test-valgrind fuzz
 	cd $(BUILD) && ctest --output-on-failure
 
 test-asan: deps
@@ -51,6 +51,15 @@ test-valgrind: build
 	  rc=$$?; echo "kiln: valgrind test_driver_faults $$m: exit $$rc"; \
 	  if [ $$rc -ne 0 ] && [ $$rc -ne 77 ]; then tail -30 $$log; exit 1; fi; \
 	done
+
+# The Clang static analyzer over the library (.clang-tidy says which checks; any warning fails),
+# from a CPU-only configuration's compile commands. Skipped, saying so, without clang-tidy.
+lint: deps
+	@if ! command -v clang-tidy >/dev/null; then echo "kiln: SKIP lint: clang-tidy not installed (apt-get install clang-tidy)"; exit 0; fi; \
+	cmake -S . -B $(BUILD)-lint -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DKILN_WITH_CUDA=OFF -DKILN_BUILD_TESTS=OFF \
+	  -DKILN_BUILD_TOOLS=OFF >/dev/null && \
+	echo "kiln: lint: clang-tidy $$(clang-tidy --version | sed -n 's/.*version \([0-9.]*\).*/\1/p') over src/" && \
+	ls src/*/*.c | xargs -P$(JOBS) -n4 clang-tidy -p $(BUILD)-lint --quiet && echo "kiln: lint: no findings"
 
 # Every libFuzzer target for FUZZ_SECONDS, starting from the seed corpus (new inputs go to a
 # scratch folder; a crash leaves its input in $(BUILD)-fuzz to turn into a regression seed).
