@@ -42,6 +42,10 @@ int bench_parse_common(int argc, char **argv, int *i, bench_common *c, const cha
     c->quick = 1;
     return 1;
   }
+  if (!strcmp(a, "--paired") && strstr(usage, "--paired")) {
+    c->paired = 1;
+    return 1;
+  }
   if (strcmp(a, "--json") && strcmp(a, "--reps") && strcmp(a, "--device")) return 0;
   if (!val) {
     fprintf(stderr, "kiln-bench: %s needs a value\n", a);
@@ -413,6 +417,52 @@ static int run_batch(bench_env *env, CUstream stream, bench_fn fn, void *user, i
   return bench_cu_check(env, env->cu->cuEventRecord(end, stream), "cuEventRecord");
 }
 
+/* Warm-up in doubling groups, each timed between events a and b: brings clocks up, lets libraries
+ * pick and load their kernels, and the last group gives the per-call estimate (µs) that sizes the
+ * batches. */
+static int warm_up(bench_env *env, CUstream stream, bench_fn fn, void *user, int *iter, CUevent a, CUevent b,
+                   double *per_call_us) {
+  const kiln_cuda_api *cu = env->cu;
+  double t0 = now_ms();
+  long group = 1, calls = 0;
+  for (;;) {
+    float ms = 0;
+    int rc = run_batch(env, stream, fn, user, iter, group, a, b);
+    if (rc || (rc = bench_cu_check(env, cu->cuEventSynchronize(b), "cuEventSynchronize (warm-up)")) ||
+        (rc = bench_cu_check(env, cu->cuEventElapsedTime(&ms, a, b), "cuEventElapsedTime")))
+      return rc;
+    calls += group;
+    *per_call_us = (double)ms * 1e3 / (double)group;
+    if (*per_call_us < 0.01) *per_call_us = 0.01; /* below the events' resolution */
+    if (now_ms() - t0 >= BENCH_WARMUP_MS && calls >= BENCH_WARMUP_CALLS) return 0;
+    long cap = (long)(BENCH_WARMUP_MS * 1e3 / 2 / *per_call_us); /* one group <= half the warm-up */
+    group = group * 2 < cap ? group * 2 : (cap > 1 ? cap : 1);
+  }
+}
+
+/* Calls per sample: one sample spans at least BENCH_BATCH_US, so event resolution and launch
+ * jitter stay small. */
+static long batch_for(double per_call_us) {
+  return per_call_us < BENCH_BATCH_US ? (long)(BENCH_BATCH_US / per_call_us) + 1 : 1;
+}
+
+/* Median, min and p90 of n per-call samples (sorted in place). */
+static void summarize(double *samples, int n, long batch, bench_timing *out) {
+  qsort(samples, (size_t)n, sizeof *samples, cmp_double);
+  out->min_us = samples[0];
+  out->median_us = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+  out->p90_us = samples[(9 * n + 9) / 10 - 1]; /* ceil(0.9 n) - 1 */
+  out->reps = n;
+  out->batch = (int)batch;
+}
+
+/* Element q (0..1) of n sorted values, interpolated. */
+static double quantile(const double *v, int n, double q) {
+  const double x = q * (double)(n - 1);
+  const int i = (int)x;
+  return i + 1 < n ? v[i] + (x - (double)i) * (v[i + 1] - v[i]) : v[n - 1];
+}
+
 int bench_time(bench_env *env, CUstream stream, bench_fn fn, void *user, int reps, bench_timing *out) {
   const kiln_cuda_api *cu = env->cu;
   out->median_us = out->min_us = out->p90_us = NAN;
@@ -429,28 +479,10 @@ int bench_time(bench_env *env, CUstream stream, bench_fn fn, void *user, int rep
   }
   for (int i = 0; i < n_ev && !rc; i++)
     rc = bench_cu_check(env, cu->cuEventCreate(&ev[i], CU_EVENT_DEFAULT), "cuEventCreate");
+  double per_call_us = 0;
+  if (rc || (rc = warm_up(env, stream, fn, user, &iter, ev[0], ev[1], &per_call_us))) goto done;
 
-  /* Warm-up in doubling groups, each timed: brings clocks up, lets libraries pick and load their
-   * kernels, and the last group gives the per-call estimate that sizes the batches. */
-  double t0 = now_ms(), per_call_us = 0;
-  long group = 1, calls = 0;
-  while (!rc) {
-    float ms = 0;
-    rc = run_batch(env, stream, fn, user, &iter, group, ev[0], ev[1]);
-    if (rc || (rc = bench_cu_check(env, cu->cuEventSynchronize(ev[1]), "cuEventSynchronize (warm-up)")) ||
-        (rc = bench_cu_check(env, cu->cuEventElapsedTime(&ms, ev[0], ev[1]), "cuEventElapsedTime")))
-      break;
-    calls += group;
-    per_call_us = (double)ms * 1e3 / (double)group;
-    if (per_call_us < 0.01) per_call_us = 0.01; /* below the events' resolution */
-    if (now_ms() - t0 >= BENCH_WARMUP_MS && calls >= BENCH_WARMUP_CALLS) break;
-    long cap = (long)(BENCH_WARMUP_MS * 1e3 / 2 / per_call_us); /* one group <= half the warm-up */
-    group = group * 2 < cap ? group * 2 : (cap > 1 ? cap : 1);
-  }
-  if (rc) goto done;
-
-  /* One sample spans at least BENCH_BATCH_US so event resolution and launch jitter stay small. */
-  long batch = per_call_us < BENCH_BATCH_US ? (long)(BENCH_BATCH_US / per_call_us) + 1 : 1;
+  const long batch = batch_for(per_call_us);
   long max_reps = (long)(BENCH_MAX_TIMED_MS * 1e3 / (per_call_us * (double)batch));
   if (reps > max_reps) reps = max_reps > 5 ? (int)max_reps : 5;
 
@@ -464,13 +496,79 @@ int bench_time(bench_env *env, CUstream stream, bench_fn fn, void *user, int rep
     rc = bench_cu_check(env, cu->cuEventElapsedTime(&ms, ev[r], ev[r + 1]), "cuEventElapsedTime");
     samples[r] = (double)ms * 1e3 / (double)batch;
   }
+  if (!rc) summarize(samples, reps, batch, out);
+
+done:
+  if (rc) cu->cuStreamSynchronize(stream); /* no event in use when destroyed; error already reported */
+  if (ev)
+    for (int i = 0; i < n_ev; i++)
+      if (ev[i]) cu->cuEventDestroy(ev[i]);
+  free(ev);
+  free(samples);
+  return rc;
+}
+
+int bench_time_paired(bench_env *env, CUstream stream, bench_fn kiln_fn, void *kiln_user, bench_fn peer_fn,
+                      void *peer_user, int rounds, bench_timing *kiln_out, bench_timing *peer_out,
+                      bench_pairing *pair) {
+  const kiln_cuda_api *cu = env->cu;
+  bench_timing *outs[2] = {kiln_out, peer_out};
+  for (int j = 0; j < 2; j++) {
+    outs[j]->median_us = outs[j]->min_us = outs[j]->p90_us = NAN;
+    outs[j]->reps = outs[j]->batch = 0;
+  }
+  pair->ratio = pair->ratio_p25 = pair->ratio_p75 = NAN;
+  pair->rounds = 0;
+  if (rounds < 1) rounds = 1;
+  const int n_ev = 2 * rounds + 1; /* rounds may shrink below; every created event is destroyed */
+  CUevent *ev = calloc((size_t)n_ev, sizeof *ev);
+  double *samples = calloc((size_t)(3 * rounds), sizeof *samples); /* kiln, peer, ratio */
+  int rc = 0, iter[2] = {0, 0};
+  bench_fn fn[2] = {kiln_fn, peer_fn};
+  void *user[2] = {kiln_user, peer_user};
+  if (!ev || !samples) {
+    fprintf(stderr, "kiln-bench: out of host memory for timing\n");
+    rc = -1;
+    goto done;
+  }
+  for (int i = 0; i < n_ev && !rc; i++)
+    rc = bench_cu_check(env, cu->cuEventCreate(&ev[i], CU_EVENT_DEFAULT), "cuEventCreate");
+  double per_call[2] = {0, 0};
+  for (int j = 0; j < 2 && !rc; j++) rc = warm_up(env, stream, fn[j], user[j], &iter[j], ev[0], ev[1], &per_call[j]);
   if (rc) goto done;
-  qsort(samples, (size_t)reps, sizeof *samples, cmp_double);
-  out->min_us = samples[0];
-  out->median_us = reps % 2 ? samples[reps / 2] : 0.5 * (samples[reps / 2 - 1] + samples[reps / 2]);
-  out->p90_us = samples[(9 * reps + 9) / 10 - 1]; /* ceil(0.9 n) - 1 */
-  out->reps = reps;
-  out->batch = (int)batch;
+
+  const long batch[2] = {batch_for(per_call[0]), batch_for(per_call[1])};
+  const double round_us = per_call[0] * (double)batch[0] + per_call[1] * (double)batch[1];
+  const long max_rounds = (long)(2 * BENCH_MAX_TIMED_MS * 1e3 / round_us); /* two measurements' time */
+  if (rounds > max_rounds) rounds = max_rounds > 5 ? (int)max_rounds : 5;
+
+  /* Round r times one batch of each, back to back on the stream, kiln first in even rounds and
+   * the peer first in odd ones, so that a clock or temperature drift, or one op warming the L2
+   * for the other, falls on both alike; all enqueued with one sync at the end. */
+  if ((rc = bench_cu_check(env, cu->cuEventRecord(ev[0], stream), "cuEventRecord"))) goto done;
+  for (int r = 0; r < rounds && !rc; r++)
+    for (int h = 0; h < 2 && !rc; h++) {
+      const int j = (r + h) % 2;
+      rc = run_batch(env, stream, fn[j], user[j], &iter[j], batch[j], NULL, ev[2 * r + h + 1]);
+    }
+  if (rc || (rc = bench_cu_check(env, cu->cuEventSynchronize(ev[2 * rounds]), "cuEventSynchronize (timed)")))
+    goto done;
+  for (int r = 0; r < rounds && !rc; r++)
+    for (int h = 0; h < 2 && !rc; h++) {
+      const int j = (r + h) % 2;
+      float ms = 0;
+      rc = bench_cu_check(env, cu->cuEventElapsedTime(&ms, ev[2 * r + h], ev[2 * r + h + 1]), "cuEventElapsedTime");
+      samples[j * rounds + r] = (double)ms * 1e3 / (double)batch[j];
+    }
+  if (rc) goto done;
+  double *ratio = samples + 2 * rounds;
+  for (int r = 0; r < rounds; r++) ratio[r] = samples[rounds + r] / samples[r]; /* peer time / kiln time */
+  qsort(ratio, (size_t)rounds, sizeof *ratio, cmp_double);
+  pair->ratio = quantile(ratio, rounds, 0.5);
+  pair->ratio_p25 = quantile(ratio, rounds, 0.25);
+  pair->ratio_p75 = quantile(ratio, rounds, 0.75);
+  pair->rounds = rounds;
+  for (int j = 0; j < 2; j++) summarize(samples + j * rounds, rounds, batch[j], outs[j]);
 
 done:
   if (rc) cu->cuStreamSynchronize(stream); /* no event in use when destroyed; error already reported */
@@ -586,6 +684,7 @@ void bench_row_init(bench_row *r, const char *op, const char *shape, const char 
   r->work = work;
   r->kiln.median_us = r->kiln.min_us = r->kiln.p90_us = NAN;
   r->peer_t.median_us = r->peer_t.min_us = r->peer_t.p90_us = NAN;
+  r->pair.ratio = r->pair.ratio_p25 = r->pair.ratio_p75 = NAN;
   r->rel_err = NAN;
 }
 
@@ -596,8 +695,10 @@ double bench_rate(const bench_row *r, double us) {
 
 static const char *unit_name(bench_unit u) { return u == BENCH_TFLOPS ? "TFLOP/s" : "GB/s"; }
 
-/* Ratio of throughputs, kiln over peer: > 1 means kiln is faster. */
+/* Ratio of throughputs, kiln over peer: > 1 means kiln is faster. Paired: the median of the
+ * rounds' ratios. */
 static double row_ratio(const bench_row *r) {
+  if (r->pair.rounds > 0) return r->pair.ratio;
   double k = r->kiln.median_us, p = r->peer_t.median_us;
   return isfinite(k) && isfinite(p) && k > 0 ? p / k : NAN;
 }
@@ -628,11 +729,15 @@ void bench_report(bench_env *env, const bench_row *r) {
   if (isfinite(r->rel_err)) snprintf(err, sizeof err, "%.1e", r->rel_err);
   else snprintf(err, sizeof err, "%s", !isnan(r->rel_err) ? "inf" : r->check_failed ? "nan" : "-");
   double ratio = row_ratio(r);
-  printf("%-7s %-20s %-9s %-8s %10s %12s %10s %12s %6s %8s  %s%s\n", r->op, r->shape, r->dtype, r->algo,
+  char paired[96] = "";
+  if (r->pair.rounds > 0)
+    snprintf(paired, sizeof paired, "%spaired: %d rounds, ratio quartiles %.3f-%.3f", r->note[0] ? "; " : "",
+             r->pair.rounds, r->pair.ratio_p25, r->pair.ratio_p75);
+  printf("%-7s %-20s %-9s %-8s %10s %12s %10s %12s %6s %8s  %s%s%s\n", r->op, r->shape, r->dtype, r->algo,
          fmt_num(b[0], 32, r->kiln.median_us, 2), fmt_rate(b[1], 32, bench_rate(r, r->kiln.median_us)),
          fmt_num(b[2], 32, r->peer_t.median_us, 2), fmt_rate(b[3], 32, bench_rate(r, r->peer_t.median_us)),
-         r->peer[0] && isfinite(ratio) ? fmt_num(b[4], 32, ratio, 2) : "n/a", err,
-         r->check_failed ? "CHECK FAILED " : "", r->note);
+         r->peer[0] && isfinite(ratio) ? fmt_num(b[4], 32, ratio, r->pair.rounds > 0 ? 3 : 2) : "n/a", err,
+         r->check_failed ? "CHECK FAILED " : "", r->note, paired);
   fflush(stdout);
   if (r->check_failed) env->failures++;
   if (env->n_rows == env->cap_rows) {
@@ -740,6 +845,9 @@ static int write_json(const bench_env *env, const char *path) {
     field_str(f, "peer", r->peer[0] ? r->peer : NULL);
     field_timing(f, "peer", r, &r->peer_t);
     field_num(f, "ratio", row_ratio(r));
+    field_int(f, "paired_rounds", r->pair.rounds);
+    field_num(f, "ratio_p25", r->pair.ratio_p25);
+    field_num(f, "ratio_p75", r->pair.ratio_p75);
     field_num(f, "rel_err", r->rel_err);
     json_key(f, "check_failed", 0);
     fputs(r->check_failed ? "true" : "false", f);

@@ -40,6 +40,7 @@ typedef struct bench_common {
   int quick;             /* --quick: fewer shapes and repetitions */
   int reps;              /* --reps N: timed repetitions (0 = default) */
   int device;            /* --device N: CUDA ordinal */
+  int paired;            /* --paired: kiln and its peer timed in alternating batches */
 } bench_common;
 
 #define BENCH_COMMON_USAGE                                                  \
@@ -48,6 +49,12 @@ typedef struct bench_common {
   "  --reps N         timed repetitions per measurement (default 30, quick 10)\n" \
   "  --device N       CUDA ordinal (default 0)\n"                           \
   "  --help           this text\n"
+
+/* --paired, in the usage of the subcommands that time kiln against a peer they run themselves
+ * (bench_parse_common accepts it where the usage lists it) */
+#define BENCH_PAIRED_USAGE                                                                        \
+  "  --paired         time kiln and its peer in alternating batches, --reps rounds; the ratio\n" \
+  "                   is the median of the rounds' ratios (bench_time_paired)\n"
 
 void bench_common_init(bench_common *c);
 /* If argv[*i] is a common option, consumes it (and its value) and returns 1; returns 0 if it is
@@ -143,6 +150,22 @@ typedef struct bench_timing {
  * the callback's nonzero value, or -1 after a driver error (printed). */
 int bench_time(bench_env *env, CUstream stream, bench_fn fn, void *user, int reps, bench_timing *out);
 
+/* The ratio of one paired measurement: peer time / kiln time per round (above 1: kiln is
+ * faster), its median and quartiles over the rounds. */
+typedef struct bench_pairing {
+  double ratio, ratio_p25, ratio_p75;
+  int rounds; /* 0: not paired */
+} bench_pairing;
+
+/* As bench_time for kiln and its peer together (--paired): each warms up alone, then `rounds`
+ * rounds each time one batch of kiln and one of the peer back to back, in alternating order.
+ * The two ops then see the same clocks and temperature, which drift during a call (cuBLAS moved
+ * 620-751 TFLOP/s at 4096^3 within one call: docs/performance.md), so their ratio is steadier
+ * than that of two separate bench_time measurements. */
+int bench_time_paired(bench_env *env, CUstream stream, bench_fn kiln_fn, void *kiln_user, bench_fn peer_fn,
+                      void *peer_user, int rounds, bench_timing *kiln_out, bench_timing *peer_out,
+                      bench_pairing *pair);
+
 /* Times a device-to-device cuMemcpyAsync of `bytes` (from one half of a fresh 2·bytes buffer to
  * the other): the practical memory bandwidth that GB/s figures are read against is
  * 2·bytes / time (read + write). Returns 0, or -1 after printing why. */
@@ -226,6 +249,7 @@ struct bench_row {
   bench_timing kiln;              /* median_us NaN when kiln did not run */
   char peer[32];                  /* e.g. "cublas 13.1.0", "" for none */
   bench_timing peer_t;            /* median_us NaN when the peer did not run */
+  bench_pairing pair;             /* rounds 0 unless timed by bench_time_paired */
   double rel_err;                 /* NaN when not checked */
   int check_failed;
   char note[200];

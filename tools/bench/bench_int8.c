@@ -29,7 +29,7 @@ const char bench_int8_usage[] =
     "                   square: M=N=K in 1024, 2048, 4096, 8192 (--quick: 4096)\n"
     "                   llm: M in 16, 128, 2048 (--quick: 2048) x (K,N) in (4096,4096)\n"
     "                   (4096,12288) (8192,28672) (28672,8192)\n"
-    "  --shape MxNxK             one shape instead (repeatable, up to 16)\n" BENCH_COMMON_USAGE;
+    "  --shape MxNxK             one shape instead (repeatable, up to 16)\n" BENCH_PAIRED_USAGE BENCH_COMMON_USAGE;
 
 typedef struct shape {
   int64_t m, n, k;
@@ -229,8 +229,12 @@ static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb,
       if (bad) len = snprintf(row.note, sizeof row.note, "%lld elements differ from cuBLAS's sums", (long long)bad);
     } else
       len = snprintf(row.note, sizeof row.note, "unchecked (no cuBLAS)%s%s", peer_note[0] ? ": " : "", peer_note);
-    if (bench_time(env, env->stream, kiln_call_fn, &kc, reps, &row.kiln)) {
-      if (kc.st == KILN_OK) {
+    /* --paired: kiln and cuBLAS in alternating batches (row.peer_t then holds this pairing's peer) */
+    if (peer_ok && env->opts.paired
+            ? bench_time_paired(env, env->stream, kiln_call_fn, &kc, peer_call_fn, &pc, reps, &row.kiln, &row.peer_t,
+                                &row.pair)
+            : bench_time(env, env->stream, kiln_call_fn, &kc, reps, &row.kiln)) {
+      if (kc.st == KILN_OK && pc.st == BENCH_CUBLAS_STATUS_SUCCESS) {
         rc = -1;
         goto done;
       }

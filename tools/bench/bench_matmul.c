@@ -26,7 +26,7 @@ const char bench_matmul_usage[] =
     "                   llm: M in 1, 16, 128, 2048, 8192 (--quick: 1, 2048) x (K,N) in\n"
     "                   (4096,12288) (4096,4096) (8192,28672) (28672,8192)\n"
     "  --shape MxNxK             one shape instead (repeatable, up to 16)\n"
-    "  --tile-n 64|128|256       force the WGMMA tile width (opts.tile_n; default: per shape)\n" BENCH_COMMON_USAGE;
+    "  --tile-n 64|128|256       force the WGMMA tile width (opts.tile_n; default: per shape)\n" BENCH_PAIRED_USAGE BENCH_COMMON_USAGE;
 
 static const struct {
   const char *name;
@@ -270,8 +270,12 @@ static int run_outputs(bench_env *env, const matmul_opts *o, const bench_cublas 
       if (!peer_ok) len = snprintf(row.note, sizeof row.note, "checked on a 16x16 sample%s%s",
                                    peer_note[0] ? "; " : "", peer_note);
 
-      if (bench_time(env, env->stream, kiln_call_fn, &kc, reps, &row.kiln)) {
-        if (kc.st == KILN_OK) return -1; /* a driver error, already printed */
+      /* --paired: kiln and cuBLAS in alternating batches (row.peer_t then holds this pairing's peer) */
+      if (peer_ok && env->opts.paired
+              ? bench_time_paired(env, env->stream, kiln_call_fn, &kc, peer_call_fn, &pc, reps, &row.kiln,
+                                  &row.peer_t, &row.pair)
+              : bench_time(env, env->stream, kiln_call_fn, &kc, reps, &row.kiln)) {
+        if (kc.st == KILN_OK && pc.st == BENCH_CUBLAS_STATUS_SUCCESS) return -1; /* a driver error, already printed */
         snprintf(row.note + len, sizeof row.note - (size_t)len, "%serror while timing: %s", len ? "; " : "",
                  kiln_last_error());
         env->failures++;
