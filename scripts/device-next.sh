@@ -1,27 +1,28 @@
 #!/bin/bash
-# What waits for the next device call (written 2026-12-05, after three sessions without one):
-# the GPU checks of main's changes since the last GPU run, then rung p17 of the int4 PREFILL.
-# Each mode fits the device tool's 10-minute limit; run them in order, one call each.
+# What waits for the next device call (rewritten 2026-12-05, fifteenth session, which got no
+# device): the GPU weight conversions of branch wip/gpu-weight-conversion, then kiln-bench's
+# paired ratios for issues 4 and 5. Each mode fits the device tool's 10-minute limit.
 #
-# Here, before the call (one carry, ~17 MB):
-#   scripts/slim-build.sh build90 build-ladder/slim/head     (build90: sm_90a, tests, up to date)
-#   cd build-ladder && tar czf carry.tgz slim/head slim/w4p-p17full slim/main
-# On the device (carry ["build-ladder/carry.tgz"]):
-#   tar xzf build-ladder/carry.tgz -C /tmp && bash scripts/device-next.sh verify /tmp/slim/head
-#   tar xzf build-ladder/carry.tgz -C /tmp && bash scripts/device-next.sh p17 /tmp/slim/w4p-p17full /tmp/slim/main
+# Here, before the call (build90 holds the branch's sm_90a build since 2026-12-05):
+#   git checkout wip/gpu-weight-conversion     (the Python files travel with the working tree)
+#   scripts/slim-build.sh build90 build-ladder/slim/qw && (cd build-ladder && tar czf carry-qw.tgz slim/qw)
+# On the device (carry ["build-ladder/carry-qw.tgz"]), one call:
+#   tar xzf build-ladder/carry-qw.tgz -C /tmp && bash scripts/device-next.sh qweight /tmp/slim/qw &&
+#     bash scripts/device-next.sh paired /tmp/slim/qw
 #
+#   qweight HEAD     test_gpu_qweight and the int8 quantizer's test, memcheck of both, kiln-bench
+#                    qweight, racecheck and synccheck of the act-order sort, the Python GPU tests
+#                    (3-4 minutes)
+#   paired HEAD      kiln-bench matmul and int8 with --paired (kiln and cuBLAS in alternating
+#                    batches, 60 rounds) at the sizes of issues 4 and 5, once unpaired beside it
+#                    (about 2 minutes)
 #   verify HEAD      every GPU test program of HEAD's build (the soak excepted), then memcheck of
-#                    test_gpu_matmul's backward tests: the reduce_batch views (commit 0f63a36) are
-#                    the one GPU-visible change not yet run on a GPU (their TMA maps now say
-#                    batch 1), and of test_gpu_int4's fused PREFILL tests (~180 s measured).
-#   p17 RUNG MAIN    RUNG (p17 with tests) runs test_gpu_int4's PREFILL tests and memcheck of
-#                    *prefill_fused*; cuobjdump counts the HGMMA and where they sit in the PREFILL
-#                    kernels of both builds; then the PREFILL benchmarks, builds interleaved
-#                    after one untimed warm-up (docs/performance.md, "Rung p17").
+#                    test_gpu_matmul's backward tests and test_gpu_int4's fused PREFILL tests
+#   p17 RUNG MAIN    (done 2026-12-05) rung p17 of the int4 PREFILL beside main
 # Logs: $OUT/next-MODE.tgz (one file), and a summary on stdout.
 set -u
 unset LD_LIBRARY_PATH # each build's programs load their own libkiln.so (RUNPATH $ORIGIN/..)
-mode=${1:?usage: device-next.sh verify HEAD | p17 RUNG MAIN | qweight HEAD}
+mode=${1:?usage: device-next.sh qweight HEAD | paired HEAD | verify HEAD | p17 RUNG MAIN}
 L=/tmp/next-$mode
 rm -rf "$L" && mkdir -p "$L"
 memcheck() { # memcheck PROGRAM FILTER LOG
@@ -92,6 +93,24 @@ qweight)
   PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 240 python3 -m pytest -q -rs -p no:cacheprovider \
     python/tests/test_gpu.py >"$L/pytest-gpu.log" 2>&1
   echo "python/tests/test_gpu.py: exit $?: $(tail -1 "$L/pytest-gpu.log")"
+  ;;
+paired)
+  # Issue 4 (WGMMA >= 1.00x cuBLAS at 4096^3 and 8192^3, f32 C) and issue 5 (int8 >= 1.2x at
+  # 4096^3): single runs moved 0.82-1.11x at 4096^3 with cuBLAS's own rate; the paired ratio
+  # is the median of 60 rounds' ratios, each round one batch of each back to back
+  H=$2
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  timeout 240 "$H/tools/kiln-bench" matmul --shape 1024x1024x1024 --shape 2048x2048x2048 --shape 4096x4096x4096 \
+    --shape 8192x8192x8192 --algo auto --dtype all --paired --reps 60 --json "$L/matmul-paired.json" \
+    >"$L/matmul-paired.txt" 2>&1
+  echo "kiln-bench matmul --paired: exit $?"; grep -E '^matmul ' "$L/matmul-paired.txt"
+  timeout 120 "$H/tools/kiln-bench" int8 --shape 4096x4096x4096 --shape 8192x8192x8192 --algo wgmma --paired \
+    --reps 60 --json "$L/int8-paired.json" >"$L/int8-paired.txt" 2>&1
+  echo "kiln-bench int8 --paired: exit $?"; grep -E '^int8 ' "$L/int8-paired.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  timeout 120 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --shape 8192x8192x8192 --algo auto --dtype all \
+    --reps 60 >"$L/matmul-unpaired.txt" 2>&1
+  echo "kiln-bench matmul (unpaired, for comparison): exit $?"; grep -E '^matmul ' "$L/matmul-unpaired.txt"
   ;;
 *) echo "device-next.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
