@@ -68,6 +68,17 @@ struct Maps {
 #define KILN_W4_WG_STORE_PROBE 0
 #endif
 
+/* Tuning (KILN_TUNE_DEFS; rung p18 of scripts/w4-prefill-ladder.sh): 1 keeps a tile's scales and
+ * zeros, as pair_scale's terms, in registers from the stage where their group begins, instead of
+ * loading and converting them again in every stage. The consumers' instruction stream is what
+ * paces this kernel (27 % issue slots at 0.36 eligible warps a scheduler, the tensor pipe 81 %
+ * busy: docs/performance.md, "Nsight Compute of the landed kernel"), and those loads and
+ * conversions are ~20 of a stage's ~130 instructions a thread; at G = 128 half the stages and
+ * at G = K all but the first need none. */
+#ifndef KILN_W4_WG_SCALE_CACHE
+#define KILN_W4_WG_SCALE_CACHE 0
+#endif
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr int BW = KILN_W4_WG_COLS, BK = 64, GROUP_M = 8;
 
@@ -140,22 +151,25 @@ KILN_DEVICE uint32_t dequant_pair(uint32_t w, uint32_t sel, uint32_t shift, cons
  * word is 8 k of one column, lowest nibble lowest k, so step i's registers are byte q of word
  * rows 2i (registers 0, 1) and 2i + 1 (2, 3): no exchange between lanes. The four lanes of a
  * quad load the same word (a broadcast), a warp's eight quads 8 adjacent words: 16 conflict-free
- * LDS.32 a stage. col: the warpgroup's first column in the tile + 16w + g; r1: the scales box
- * row of k 32..63 (1 at G = 32). */
+ * LDS.32 a stage. col: the warpgroup's first column in the tile + 16w + g. ps[row][column]: the
+ * group rows' terms, row 0 for k 0..31 and row 1 (the scales box row r1: 1 at G = 32, else 0,
+ * the same group) for k 32..63, read from the stage when `fresh`, else kept from an earlier
+ * stage of the same groups (KILN_W4_WG_SCALE_CACHE). */
 template <bool BF16>
-KILN_DEVICE void stage_frags(uint32_t (&f)[4][4], const uint8_t *st, int col, int q, int r1) {
+KILN_DEVICE void stage_frags(uint32_t (&f)[4][4], const uint8_t *st, int col, int q, int r1, bool fresh,
+                             PairScale<BF16> (&ps)[2][2]) {
   const uint32_t *codes = reinterpret_cast<const uint32_t *>(st);
   const uint16_t *scales = reinterpret_cast<const uint16_t *>(st + KILN_W4_WG_CODE_BYTES);
   const uint8_t *zeros = st + KILN_W4_WG_CODE_BYTES + KILN_W4_WG_SCALE_BYTES;
   uint32_t w[8][2];
 #pragma unroll
   for (int j = 0; j < 8; j++) w[j][0] = codes[j * BW + col], w[j][1] = codes[j * BW + col + 8];
-  PairScale<BF16> ps[2][2]; /* [group row][column] */
+  if (fresh)
 #pragma unroll
-  for (int h = 0; h < 2; h++) {
-    ps[0][h] = pair_scale<BF16>(scales[col + 8 * h], zeros[col + 8 * h]);
-    ps[1][h] = pair_scale<BF16>(scales[r1 * BW + col + 8 * h], zeros[r1 * BW + col + 8 * h]);
-  }
+    for (int h = 0; h < 2; h++) {
+      ps[0][h] = pair_scale<BF16>(scales[col + 8 * h], zeros[col + 8 * h]);
+      ps[1][h] = pair_scale<BF16>(scales[r1 * BW + col + 8 * h], zeros[r1 * BW + col + 8 * h]);
+    }
   const uint32_t sel = (uint32_t)(q | q << 8), shift = 8u * (uint32_t)q;
 #pragma unroll
   for (int i = 0; i < 4; i++)
@@ -298,6 +312,12 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
     locate<BX>(p, item, pi, tm, tn);
     const kiln_int4_args &a = p.a[pi];
     const int r1 = p.group_rows[pi] > 1 ? 1 : 0;
+    const int col = 64 * cw + 16 * warp + lane / 4;
+    PairScale<BF16> ps[2][2]; /* the current group rows' terms (stage_frags) */
+    /* KILN_W4_WG_SCALE_CACHE: stages per group row (1 at G <= 64, 2 at G = 128, all at G = K),
+     * and the stages left before the next group begins */
+    const int per_group = r1 || a.group % BK ? (r1 ? 1 : nk) : a.group / BK;
+    int group_left = 0;
 #pragma unroll
     for (int i = 0; i < BX / 2; i++) d[i] = 0.f;
     /* Stage by stage, the fragments alternate between fa and fb, so that a stage's
@@ -308,10 +328,13 @@ KILN_DEVICE void w4_wgmma(const kiln_w4_wgmma_args &p, const Maps &maps) {
       const int s = g % STAGES;
       const uint8_t *st = smem + s * STAGE_BYTES;
       sm90::mbar_wait(&full[s], (g / STAGES) & 1);
-      if constexpr (W8)
-        stage_frags_w8<BF16>(f, st + CODES_AT, 64 * cw + 16 * warp + lane / 4, lane % 4);
-      else
-        stage_frags<BF16>(f, st + CODES_AT, 64 * cw + 16 * warp + lane / 4, lane % 4, r1);
+      if constexpr (W8) {
+        stage_frags_w8<BF16>(f, st + CODES_AT, col, lane % 4);
+      } else {
+        const bool fresh = !KILN_W4_WG_SCALE_CACHE || group_left == 0;
+        group_left = (fresh ? per_group : group_left) - 1;
+        stage_frags<BF16>(f, st + CODES_AT, col, lane % 4, r1, fresh, ps);
+      }
       /* every fragment defined before the fence: the compiler may otherwise sink a fragment's
        * arithmetic below the first wgmmas of the batch, which serializes them (C7513) */
 #pragma unroll

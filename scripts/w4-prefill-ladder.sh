@@ -66,6 +66,14 @@ if [ "${1:-}" = build ]; then
   # default build's PTX byte-identical), not yet run on a GPU. Its tests: a full build of
   # /tmp/kiln-w4p-p17 with -DKILN_TUNE_DEFS=KILN_W4_WG_CHUNKED=1, then test_gpu_int4.
   ladder_step w4p p17 "KILN_W4_WG_CHUNKED=1" 5ccc903 scripts/rungs/w4-prefill-p17-chunked.patch
+  # p18: a tile's scales and zeros kept in registers from the stage where their group begins
+  # (KILN_W4_WG_SCALE_CACHE), so that a stage at G = 128 without a new group, and every stage
+  # after the first at G = K, loads and converts none: ~20 of a stage's ~130 consumer
+  # instructions, in a kernel paced by those instructions (27 % issue slots, tensor pipe 81 %).
+  # Predicted: +3-8 % at M >= 1024, G = 128. Built 2026-12-05 (ptxas: 168 registers, 0 spills,
+  # no C75xx notes; the default build's fatbin byte-identical); not yet run on a GPU. Its tests:
+  # scripts/device-next.sh p18 (a full build with the macro: build-ladder/p18full).
+  ladder_step w4p p18 "KILN_W4_WG_SCALE_CACHE=1" .
   exit 0
 fi
 unset LD_LIBRARY_PATH # each build's tools must load their own libkiln.so (RUNPATH $ORIGIN/..)
