@@ -9,6 +9,9 @@
 # On the device (carry ["build-ladder/carry-qw.tgz"]), one call:
 #   tar xzf build-ladder/carry-qw.tgz -C /tmp && bash scripts/device-next.sh qweight /tmp/slim/qw &&
 #     bash scripts/device-next.sh paired /tmp/slim/qw
+# and, in a second call (the same carry, which also holds slim/p18: scripts/slim-build.sh
+# build-ladder/p18full build-ladder/slim/p18 before the tar):
+#   tar xzf build-ladder/carry-qw.tgz -C /tmp && bash scripts/device-next.sh p18 /tmp/slim/p18 /tmp/slim/qw
 #
 #   qweight HEAD     test_gpu_qweight and the int8 quantizer's test, memcheck of both, kiln-bench
 #                    qweight, racecheck and synccheck of the act-order sort, the Python GPU tests
@@ -16,13 +19,16 @@
 #   paired HEAD      kiln-bench matmul and int8 with --paired (kiln and cuBLAS in alternating
 #                    batches, 60 rounds) at the sizes of issues 4 and 5, once unpaired beside it
 #                    (about 2 minutes)
+#   p18 RUNG BASE    rung p18 of the int4 PREFILL (scales kept across a group's stages): its
+#                    PREFILL tests and memcheck, then scripts/w4-prefill-ladder.sh with BASE
+#                    (main's PREFILL kernel) twice, builds interleaved (about 5 minutes)
 #   verify HEAD      every GPU test program of HEAD's build (the soak excepted), then memcheck of
 #                    test_gpu_matmul's backward tests and test_gpu_int4's fused PREFILL tests
 #   p17 RUNG MAIN    (done 2026-12-05) rung p17 of the int4 PREFILL beside main
 # Logs: $OUT/next-MODE.tgz (one file), and a summary on stdout.
 set -u
 unset LD_LIBRARY_PATH # each build's programs load their own libkiln.so (RUNPATH $ORIGIN/..)
-mode=${1:?usage: device-next.sh qweight HEAD | paired HEAD | verify HEAD | p17 RUNG MAIN}
+mode=${1:?usage: device-next.sh qweight HEAD | paired HEAD | p18 RUNG BASE | verify HEAD | p17 RUNG MAIN}
 L=/tmp/next-$mode
 rm -rf "$L" && mkdir -p "$L"
 memcheck() { # memcheck PROGRAM FILTER LOG
@@ -111,6 +117,18 @@ paired)
   timeout 120 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --shape 8192x8192x8192 --algo auto --dtype all \
     --reps 60 >"$L/matmul-unpaired.txt" 2>&1
   echo "kiln-bench matmul (unpaired, for comparison): exit $?"; grep -E '^matmul ' "$L/matmul-unpaired.txt"
+  ;;
+p18)
+  R=$2 B=$3
+  timeout 250 "$R/tests/test_gpu_int4" --filter "*prefill*" >"$L/p18-int4-prefill.log" 2>&1
+  echo "p18 test_gpu_int4 --filter '*prefill*': exit $?: $(grep -E 'PASSED|FAILED|SKIP' "$L/p18-int4-prefill.log" | tr '\n' ' ')"
+  memcheck "$R/tests/test_gpu_int4" "*prefill_fused*" "$L/memcheck-p18-prefill-fused.log"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  for round in 1 2; do
+    mkdir -p "$L/ladder-$round"
+    OUT=$L/ladder-$round timeout 200 bash scripts/w4-prefill-ladder.sh "$B" "$R" 2>&1 | tee "$L/ladder-$round.txt" |
+      sed "s/^/round $round: /"
+  done
   ;;
 *) echo "device-next.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
