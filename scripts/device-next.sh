@@ -1,5 +1,5 @@
 #!/bin/bash
-# What waits for the next device call (rewritten 2026-12-05, fifteenth session, which got no
+# What waits for the next device call (rewritten 2026-12-05, sixteenth session, which got no
 # device): the GPU weight conversions of branch wip/gpu-weight-conversion, then kiln-bench's
 # paired ratios for issues 4 and 5. Each mode fits the device tool's 10-minute limit.
 #
