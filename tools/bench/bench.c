@@ -463,22 +463,41 @@ static double quantile(const double *v, int n, double q) {
   return i + 1 < n ? v[i] + (x - (double)i) * (v[i + 1] - v[i]) : v[n - 1];
 }
 
+/* A measurement's n_ev events and n_samples samples; nonzero (after printing why) when they could
+ * not all be had. Whatever was had is released by timing_end. */
+static int timing_begin(bench_env *env, int n_ev, int n_samples, CUevent **ev, double **samples) {
+  *ev = calloc((size_t)n_ev, sizeof **ev);
+  *samples = calloc((size_t)n_samples, sizeof **samples);
+  if (!*ev || !*samples) {
+    fprintf(stderr, "kiln-bench: out of host memory for timing\n");
+    return -1;
+  }
+  int rc = 0;
+  for (int i = 0; i < n_ev && !rc; i++)
+    rc = bench_cu_check(env, env->cu->cuEventCreate(&(*ev)[i], CU_EVENT_DEFAULT), "cuEventCreate");
+  return rc;
+}
+
+/* Releases timing_begin's events and samples; returns rc. */
+static int timing_end(bench_env *env, CUstream stream, CUevent *ev, int n_ev, double *samples, int rc) {
+  if (rc) env->cu->cuStreamSynchronize(stream); /* no event in use when destroyed; error already reported */
+  if (ev)
+    for (int i = 0; i < n_ev; i++)
+      if (ev[i]) env->cu->cuEventDestroy(ev[i]);
+  free(ev);
+  free(samples);
+  return rc;
+}
+
 int bench_time(bench_env *env, CUstream stream, bench_fn fn, void *user, int reps, bench_timing *out) {
   const kiln_cuda_api *cu = env->cu;
   out->median_us = out->min_us = out->p90_us = NAN;
   out->reps = out->batch = 0;
   if (reps < 1) reps = 1;
   const int n_ev = reps + 1; /* reps may shrink below; every created event is destroyed */
-  CUevent *ev = calloc((size_t)n_ev, sizeof *ev);
-  double *samples = calloc((size_t)reps, sizeof *samples);
-  int rc = 0, iter = 0;
-  if (!ev || !samples) {
-    fprintf(stderr, "kiln-bench: out of host memory for timing\n");
-    rc = -1;
-    goto done;
-  }
-  for (int i = 0; i < n_ev && !rc; i++)
-    rc = bench_cu_check(env, cu->cuEventCreate(&ev[i], CU_EVENT_DEFAULT), "cuEventCreate");
+  CUevent *ev;
+  double *samples;
+  int rc = timing_begin(env, n_ev, reps, &ev, &samples), iter = 0;
   double per_call_us = 0;
   if (rc || (rc = warm_up(env, stream, fn, user, &iter, ev[0], ev[1], &per_call_us))) goto done;
 
@@ -497,15 +516,8 @@ int bench_time(bench_env *env, CUstream stream, bench_fn fn, void *user, int rep
     samples[r] = (double)ms * 1e3 / (double)batch;
   }
   if (!rc) summarize(samples, reps, batch, out);
-
 done:
-  if (rc) cu->cuStreamSynchronize(stream); /* no event in use when destroyed; error already reported */
-  if (ev)
-    for (int i = 0; i < n_ev; i++)
-      if (ev[i]) cu->cuEventDestroy(ev[i]);
-  free(ev);
-  free(samples);
-  return rc;
+  return timing_end(env, stream, ev, n_ev, samples, rc);
 }
 
 int bench_time_paired(bench_env *env, CUstream stream, bench_fn kiln_fn, void *kiln_user, bench_fn peer_fn,
@@ -521,18 +533,11 @@ int bench_time_paired(bench_env *env, CUstream stream, bench_fn kiln_fn, void *k
   pair->rounds = 0;
   if (rounds < 1) rounds = 1;
   const int n_ev = 2 * rounds + 1; /* rounds may shrink below; every created event is destroyed */
-  CUevent *ev = calloc((size_t)n_ev, sizeof *ev);
-  double *samples = calloc((size_t)(3 * rounds), sizeof *samples); /* kiln, peer, ratio */
-  int rc = 0, iter[2] = {0, 0};
+  CUevent *ev;
+  double *samples; /* kiln, peer, ratio */
+  int rc = timing_begin(env, n_ev, 3 * rounds, &ev, &samples), iter[2] = {0, 0};
   bench_fn fn[2] = {kiln_fn, peer_fn};
   void *user[2] = {kiln_user, peer_user};
-  if (!ev || !samples) {
-    fprintf(stderr, "kiln-bench: out of host memory for timing\n");
-    rc = -1;
-    goto done;
-  }
-  for (int i = 0; i < n_ev && !rc; i++)
-    rc = bench_cu_check(env, cu->cuEventCreate(&ev[i], CU_EVENT_DEFAULT), "cuEventCreate");
   double per_call[2] = {0, 0};
   for (int j = 0; j < 2 && !rc; j++) rc = warm_up(env, stream, fn[j], user[j], &iter[j], ev[0], ev[1], &per_call[j]);
   if (rc) goto done;
@@ -569,15 +574,8 @@ int bench_time_paired(bench_env *env, CUstream stream, bench_fn kiln_fn, void *k
   pair->ratio_p75 = quantile(ratio, rounds, 0.75);
   pair->rounds = rounds;
   for (int j = 0; j < 2; j++) summarize(samples + j * rounds, rounds, batch[j], outs[j]);
-
 done:
-  if (rc) cu->cuStreamSynchronize(stream); /* no event in use when destroyed; error already reported */
-  if (ev)
-    for (int i = 0; i < n_ev; i++)
-      if (ev[i]) cu->cuEventDestroy(ev[i]);
-  free(ev);
-  free(samples);
-  return rc;
+  return timing_end(env, stream, ev, n_ev, samples, rc);
 }
 
 /* ------------------------------------------------------------------------------------------ */
