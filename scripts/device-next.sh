@@ -10,8 +10,12 @@
 #   tar xzf build-ladder/carry-qw.tgz -C /tmp && bash scripts/device-next.sh qweight /tmp/slim/qw &&
 #     bash scripts/device-next.sh paired /tmp/slim/qw
 # and, in a second call (the same carry, which also holds slim/p18: scripts/slim-build.sh
-# build-ladder/p18full build-ladder/slim/p18 before the tar):
-#   tar xzf build-ladder/carry-qw.tgz -C /tmp && bash scripts/device-next.sh p18 /tmp/slim/p18 /tmp/slim/qw
+# build-ladder/p18full build-ladder/slim/p18 before the tar), every GPU test of the branch's
+# build (main's host changes since the last GPU run: e72b47d's guards, 0146fd1's bench) and rung p18:
+#   tar xzf build-ladder/carry-qw.tgz -C /tmp && bash scripts/device-next.sh verify /tmp/slim/qw &&
+#     bash scripts/device-next.sh p18 /tmp/slim/p18 /tmp/slim/qw
+# (carry-qw.tgz as built 2026-12-05: slim/qw from 55d04f0, the branch before its last rebase,
+# whose kernels are the tip's; slim/p18 from e5aa818 with KILN_W4_WG_SCALE_CACHE=1)
 #
 #   qweight HEAD     test_gpu_qweight and the int8 quantizer's test, memcheck of both, kiln-bench
 #                    qweight, racecheck and synccheck of the act-order sort, the Python GPU tests
