@@ -1,0 +1,38 @@
+#!/bin/sh
+# kiln-bench on the fake driver and the fake cuBLAS (tests/fake: KILN_LIBCUDA and
+# KILN_BENCH_CUBLAS set by CTest), so that the benchmarks' code, the paired timing among it, runs
+# in CI before it runs on a GPU. (Not the W·A16 commands: they first time a 512 MiB copy, which
+# the fake makes in host memory.) Nothing is computed there, so kiln's results fail their checks
+# (exit 1) and the times mean nothing; what must hold: every measurement reaches its report
+# (no crash, exit 0 or 1), --paired rows say how many rounds they paired, and the JSON parses
+# with those rounds in it.
+#   check_bench.sh KILN_BENCH
+set -u
+bench=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "check_bench: $*"; cat "$tmp"/*.txt 2>/dev/null | tail -30; exit 1; }
+run() { # run NAME ARGS...: the tool's exit must be 0 or 1 (failed checks), not a crash
+  name=$1
+  shift
+  "$bench" "$@" --json "$tmp/$name.json" >"$tmp/$name.txt" 2>&1
+  rc=$?
+  [ "$rc" -le 1 ] || fail "kiln-bench $* exited $rc"
+}
+run matmul matmul --shape 128x96x64 --dtype all --algo all --paired --reps 4
+run int8 int8 --shape 128x96x64 --algo all --paired --reps 4
+grep -q "^peer: cuBLAS 13.0.0" "$tmp/matmul.txt" || fail "the fake cuBLAS was not loaded"
+rows=$(grep -c "paired: 4 rounds" "$tmp/matmul.txt")
+[ "$rows" -eq 8 ] || fail "matmul: $rows paired rows, expected 8 (2 dtypes x 4 algos)"
+rows=$(grep -c "paired: 4 rounds" "$tmp/int8.txt")
+[ "$rows" -eq 2 ] || fail "int8: $rows paired rows, expected 2 (MMA_SYNC, WGMMA)"
+"$bench" int4 --paired >"$tmp/refused.txt" 2>&1 && fail "int4 accepted --paired, which it does not implement"
+if command -v python3 >/dev/null; then
+  python3 - "$tmp/matmul.json" "$tmp/int8.json" <<'PY' || fail "JSON"
+import json, sys
+for path in sys.argv[1:]:
+    rows = json.load(open(path))
+    assert rows and all(r["paired_rounds"] == 4 for r in rows), path
+PY
+fi
+echo "check_bench: kiln-bench matmul and int8 --paired ran every measurement to its report; int4 refused --paired"
