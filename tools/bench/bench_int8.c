@@ -173,7 +173,8 @@ static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb,
          bench_cu_check(env, cu->cuMemcpyAsync(x.w + i * x.w_stride, x.w, w_bytes, env->stream), "cuMemcpyAsync");
   if (rc || (rc = bench_cu_check(env, cu->cuStreamSynchronize(env->stream), "cuStreamSynchronize"))) goto done;
 
-  /* The peer once: its sums are the reference, its time the comparison. */
+  /* The peer once: its sums are the reference, its time the comparison (with --paired, timed beside
+   * each kiln algo instead of once here). */
   bench_timing pt = {NAN, NAN, NAN, 0, 0};
   int peer_ok = 0;
   char peer_note[96] = "";
@@ -183,7 +184,7 @@ static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb,
       snprintf(peer_note, sizeof peer_note, "cublas int8: %s", bench_cublas_status_name(pc.st));
     else if ((rc = bench_cu_check(env, cu->cuStreamSynchronize(env->stream), "cuStreamSynchronize (cublas)")))
       goto done;
-    else if (bench_time(env, env->stream, peer_call_fn, &pc, reps, &pt)) {
+    else if (!env->opts.paired && bench_time(env, env->stream, peer_call_fn, &pc, reps, &pt)) {
       if (pc.st == BENCH_CUBLAS_STATUS_SUCCESS) {
         rc = -1;
         goto done;

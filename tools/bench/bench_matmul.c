@@ -216,7 +216,8 @@ static int run_outputs(bench_env *env, const matmul_opts *o, const bench_cublas 
     if (x->out == x->in) snprintf(dtype_s, sizeof dtype_s, "%s", bench_dtype_name(x->in));
     else snprintf(dtype_s, sizeof dtype_s, "%s->%s", bench_dtype_name(x->in), bench_dtype_name(x->out));
 
-    /* The peer: its result is the reference, its time the comparison. */
+    /* The peer: its result is the reference, its time the comparison (with --paired, timed beside
+     * each kiln algo instead of once here). */
     bench_timing pt = {NAN, NAN, NAN, 0, 0};
     int peer_ok = 0;
     char peer_note[96] = "";
@@ -227,7 +228,7 @@ static int run_outputs(bench_env *env, const matmul_opts *o, const bench_cublas 
         snprintf(peer_note, sizeof peer_note, "cublas: %s", bench_cublas_status_name(pc.st));
       else if (bench_cu_check(env, env->cu->cuStreamSynchronize(env->stream), "cuStreamSynchronize (cublas)"))
         return -1;
-      else if (bench_time(env, env->stream, peer_call_fn, &pc, reps, &pt)) {
+      else if (!env->opts.paired && bench_time(env, env->stream, peer_call_fn, &pc, reps, &pt)) {
         if (pc.st == BENCH_CUBLAS_STATUS_SUCCESS) return -1;
         snprintf(peer_note, sizeof peer_note, "cublas: %s", bench_cublas_status_name(pc.st));
       } else
