@@ -272,13 +272,15 @@ static int run_outputs(bench_env *env, const matmul_opts *o, const bench_cublas 
                                    peer_note[0] ? "; " : "", peer_note);
 
       /* --paired: kiln and cuBLAS in alternating batches (row.peer_t then holds this pairing's peer) */
-      if (peer_ok && env->opts.paired
+      const int paired = peer_ok && env->opts.paired;
+      if (paired
               ? bench_time_paired(env, env->stream, kiln_call_fn, &kc, peer_call_fn, &pc, reps, &row.kiln,
                                   &row.peer_t, &row.pair)
               : bench_time(env, env->stream, kiln_call_fn, &kc, reps, &row.kiln)) {
-        if (kc.st == KILN_OK && pc.st == BENCH_CUBLAS_STATUS_SUCCESS) return -1; /* a driver error, already printed */
+        /* both calls succeeded: a driver error, already printed */
+        if (kc.st == KILN_OK && (!paired || pc.st == BENCH_CUBLAS_STATUS_SUCCESS)) return -1;
         snprintf(row.note + len, sizeof row.note - (size_t)len, "%serror while timing: %s", len ? "; " : "",
-                 kiln_last_error());
+                 kc.st != KILN_OK ? kiln_last_error() : bench_cublas_status_name(pc.st));
         env->failures++;
       }
       bench_report(env, &row);
