@@ -320,9 +320,10 @@ KILN_API kiln_status kiln_matmul_int8(kiln_context *ctx, const DLTensor *a, cons
  * with the maximum over the whole tensor. q[k,n] = round-half-even(w[k,n] / scale) clamped to
  * [-127, 127] (an all-zero column gets scale 1 and zeros; a maximum so small that max / 127
  * underflows gets the smallest subnormal). NaN or infinite weights are rejected before anything
- * is written. q is int8 (or uint8) with w's shape, any strides. Then w ≈ q · scale, and
- * kiln_matmul_int8 with col_scale = scales (or scale = scales[0]) multiplies by it. CPU only for
- * now (UNSUPPORTED on a GPU context). */
+ * is written on a CPU context; on a CUDA context (enqueued on stream, the CPU's results bit for
+ * bit) they are left out of the maxima and give code 0 (NaN) or ±127. q is int8 (or uint8)
+ * with w's shape, any strides. Then w ≈ q · scale, and kiln_matmul_int8 with col_scale = scales
+ * (or scale = scales[0]) multiplies by it. */
 KILN_API kiln_status kiln_quantize_int8(kiln_context *ctx, const DLTensor *w, const DLTensor *q,
                                         const DLTensor *scales, int per_column, CUstream stream);
 
@@ -374,7 +375,14 @@ typedef enum kiln_qformat {
  * g_idx int32 [K] (GPTQ only; NULL for none), qzeros NULL for REFERENCE (whose group is 128 and
  * whose qweight may be given as [K/8, N] with N-major strides or as [N, K/8]). GPTQ and AWQ need
  * N % 8 == 0 (zeros packed 8 to a word). Exact: dequantizing the result reproduces the source
- * format's formula bit for bit. CPU context only for now. */
+ * format's formula bit for bit.
+ * On a CUDA context every buffer is device memory and the import is enqueued on stream (no
+ * sync), with the CPU's results bit for bit, except where that needs g_idx's values on the host:
+ * with a g_idx, out->perm must be non-NULL and is always written (the identity for a trivial
+ * g_idx; pass g_idx = NULL then to keep the faster perm-free kernels), and an invalid g_idx (an
+ * index outside 0..K/G-1, a group without exactly G rows), which a CPU import refuses, gives
+ * unspecified values but still a permutation in perm, so no later kernel reads out of bounds.
+ * Import on a CPU context to have g_idx checked. */
 KILN_API kiln_status kiln_qweight_import(kiln_context *ctx, kiln_qformat format, const DLTensor *qweight,
                                          const DLTensor *qzeros, const DLTensor *scales, const DLTensor *g_idx,
                                          kiln_qweight *out, CUstream stream);
@@ -384,13 +392,15 @@ KILN_API kiln_status kiln_qweight_import(kiln_context *ctx, kiln_qformat format,
  * zeros 8) or asymmetric (codes 0..15, with min and max taken over the group and 0: scale =
  * (max − min) / 15, zero = round(−min / scale) clamped to 0..15), per group of out->group rows.
  * Scales are rounded to f16 first and codes computed from the rounded scale (round half to
- * even); an all-zero group gets scale 1. Weights must be finite with |w| <= 65504 · 7.
- * CPU context only for now. */
+ * even); an all-zero group gets scale 1. Weights must be finite with |w| <= 65504 · 7 (checked
+ * on a CPU context; on a CUDA context, enqueued on stream with the CPU's results bit for bit,
+ * a group with a weight outside that gets unspecified scale and codes). */
 KILN_API kiln_status kiln_qweight_quantize(kiln_context *ctx, const DLTensor *w, int symmetric, kiln_qweight *out,
                                            CUstream stream);
 
 /* w[k, n] as defined above, into f32/f16/bf16 [K, N] (row order of the native rows, i.e.
- * permuted when perm is set). CPU context only for now; for tests and debugging. */
+ * permuted when perm is set); for tests and debugging. Zero points above 16 are refused on a
+ * CPU context and give the formula's values on a CUDA context (enqueued on stream). */
 KILN_API kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweight *qw, const DLTensor *w,
                                              CUstream stream);
 

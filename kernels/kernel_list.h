@@ -83,6 +83,11 @@
 
 #define KILN_KERNELS(X)                                          \
   X(KILN_K_CAST, "kiln_cast", "cast")                            \
+  X(KILN_K_QWEIGHT_SORT, "kiln_qweight_sort", "qweight")         \
+  X(KILN_K_QWEIGHT_IMPORT, "kiln_qweight_import", "qweight")     \
+  X(KILN_K_QWEIGHT_QUANTIZE, "kiln_qweight_quantize", "qweight") \
+  X(KILN_K_QWEIGHT_DEQUANT, "kiln_qweight_dequant", "qweight")   \
+  X(KILN_K_INT8_QUANTIZE, "kiln_int8_quantize", "int8_quantize") \
   KILN_INT8_KERNELS(X)                                           \
   KILN_GEMM_KERNELS_FOR(X, mma, f16, , "gemm_sm80")              \
   KILN_GEMM_KERNELS_FOR(X, mma, bf16, , "gemm_sm80")             \

@@ -457,4 +457,50 @@ typedef struct kiln_w4_wgmma_args {
   int64_t scale_stride[KILN_W4_WG_PROBLEMS];
 } kiln_w4_wgmma_args;
 
+/* kiln_quantize_int8 on a GPU context (kernels/int8_quantize.cu): w [k, n] (f32 / f16 / bf16,
+ * KILN_DT_*) at w + r·w_rs + c·w_cs into int8 q at q + r·q_rs + c·q_cs, and f32 scales at
+ * scales[c·scales_stride] (per column) or scales[0] (per tensor). phase: what one launch does. */
+enum {
+  KILN_Q8_COLUMNS = 0, /* per column: each column's maximum, scale and codes */
+  KILN_Q8_ZERO = 1,    /* per tensor, 1: scales[0] = 0 */
+  KILN_Q8_MAX = 2,     /* per tensor, 2: scales[0] = max over the columns' maxima (atomicMax of the bits) */
+  KILN_Q8_CODES = 3,   /* per tensor, 3: every column's codes from the maximum in scales[0] */
+  KILN_Q8_SCALE = 4,   /* per tensor, 4: scales[0] = the scale of that maximum */
+};
+typedef struct kiln_int8_quant_args {
+  const void *w;
+  int8_t *q;
+  float *scales;
+  int64_t w_rs, w_cs, q_rs, q_cs, scales_stride;
+  int64_t k, n;
+  int32_t w_dtype, phase;
+} kiln_int8_quant_args;
+
+/* kiln_qweight on a GPU context (kernels/qweight.cu): the importers, the quantizer and the
+ * dequantizer of src/ops/qweight.c, bit for bit. The native buffers (codes, scales, zeros, perm;
+ * compact, kiln.h) are the output of an import or a quantization and the input of a
+ * dequantization. src: the source's packed words (import), the float weight (quantize, read) or
+ * the float output (dequantize, written), element (r, c) at src + r·src_rs + c·src_cs; qzeros,
+ * src_scales and g_idx (element i at g_idx + i·g_idx_s) likewise; every pointer naturally aligned
+ * (the host checks). */
+enum { KILN_QF_REFERENCE = 1, KILN_QF_GPTQ_V1 = 2, KILN_QF_GPTQ_V2 = 3, KILN_QF_AWQ = 4 }; /* kiln_qformat */
+typedef struct kiln_qweight_args {
+  int64_t k, n, group;
+  uint32_t *codes;
+  uint16_t *scales; /* f16 bits */
+  uint8_t *zeros;
+  int32_t *perm; /* NULL: none written (import) */
+  void *src;
+  int64_t src_rs, src_cs;
+  const uint32_t *qzeros;
+  int64_t qzeros_rs, qzeros_cs;
+  const uint16_t *src_scales;
+  int64_t src_scales_rs, src_scales_cs;
+  const int32_t *g_idx; /* NULL: rows in order */
+  int64_t g_idx_s;
+  int32_t format;    /* import: KILN_QF_* */
+  int32_t symmetric; /* quantize */
+  int32_t dtype;     /* quantize, dequantize: src's KILN_DT_* */
+} kiln_qweight_args;
+
 #endif /* KILN_ABI_H */

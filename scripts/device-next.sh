@@ -79,7 +79,6 @@ WARPGROUP.DEPBAR $(grep -c 'WARPGROUP.DEPBAR' "$L/sass-$n.txt")"
   for b in "$M" "$R"; do echo "== $(basename "$b")"; grep -E '^\| ' "$L/bench-$(basename "$b").txt" | grep -v -- '---'; done
   ;;
 qweight)
-  # (branch wip/gpu-weight-conversion until this has passed once; build that branch for HEAD)
   # the GPU importers, quantizer and dequantizer (kernels/qweight.cu) and the int8 quantizer
   # (kernels/int8_quantize.cu): their tests, memcheck of them, the benchmark against the CPU
   # context, racecheck and synccheck of the act-order sort (shared memory, block barriers), and

@@ -724,6 +724,54 @@ static kiln_context *create_device_0(void) {
   return ctx;
 }
 
+/* The weight conversions on a CUDA context (kernels/qweight.cu, int8_quantize.cu): what each
+ * call launches, and what only a GPU context refuses (a g_idx without perm, which a CPU import
+ * would read to decide). */
+static void weight_conversion_paths(kiln_context *ctx) {
+  const int64_t K = 256, N = 64, G = 64;
+  const DLDataType i32 = {kDLInt, 32, 1}, u8 = {kDLUInt, 8, 1}, s8 = {kDLInt, 8, 1};
+  DLManagedTensorVersioned *qweight = empty(ctx, i32, K / 8, N), *qzeros = empty(ctx, i32, K / G, N / 8),
+                           *scales = empty(ctx, TEST_F16, K / G, N), *w = empty(ctx, TEST_F16, K, N),
+                           *q8 = empty(ctx, s8, K, N), *s8c = empty(ctx, TEST_F32, 1, N);
+  int64_t k1 = K;
+  DLManagedTensorVersioned *g_idx = NULL;
+  assert_kiln_ok(kiln_tensor_empty(ctx, 1, &k1, i32, &g_idx));
+  size_t cb, sb, zb, pb;
+  assert_kiln_ok(kiln_qweight_bytes(K, N, G, &cb, &sb, &zb, &pb));
+  DLManagedTensorVersioned *native = NULL;
+  const int64_t bytes = (int64_t)(cb + sb + zb + pb);
+  assert_kiln_ok(kiln_tensor_empty(ctx, 1, &bytes, u8, &native));
+  char *p = native->dl_tensor.data;
+  kiln_qweight qw = {.k = K, .n = N, .group = G, .codes = (uint32_t *)p, .scales = (uint16_t *)(p + cb),
+                     .zeros = (uint8_t *)(p + cb + sb), .perm = NULL, .device = {kDLCUDA, 0}};
+  int launches = fake("launches_0");
+  assert_kiln_fails(kiln_qweight_import(ctx, KILN_QFORMAT_GPTQ_V1, &qweight->dl_tensor, &qzeros->dl_tensor,
+                                        &scales->dl_tensor, &g_idx->dl_tensor, &qw, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_qweight_import: g_idx is given but out->perm is NULL",
+                    "without reading it back");
+  assert_kiln_ok(kiln_qweight_import(ctx, KILN_QFORMAT_GPTQ_V1, &qweight->dl_tensor, &qzeros->dl_tensor,
+                                     &scales->dl_tensor, NULL, &qw, NULL));
+  assert_int_equal(fake("launches_0"), launches + 1);
+  qw.perm = (int32_t *)(p + cb + sb + zb);
+  assert_kiln_ok(kiln_qweight_import(ctx, KILN_QFORMAT_GPTQ_V1, &qweight->dl_tensor, &qzeros->dl_tensor,
+                                     &scales->dl_tensor, &g_idx->dl_tensor, &qw, NULL));
+  assert_int_equal(fake("launches_0"), launches + 3); /* the sort, then the import */
+  assert_kiln_ok(kiln_qweight_quantize(ctx, &w->dl_tensor, 0, &qw, NULL));
+  assert_kiln_ok(kiln_qweight_dequantize(ctx, &qw, &w->dl_tensor, NULL));
+  assert_int_equal(fake("launches_0"), launches + 5);
+  DLTensor col = s8c->dl_tensor, one = s8c->dl_tensor; /* [N] and [1] views of the [1, N] buffer */
+  int64_t n1 = N, one1 = 1;
+  col.ndim = 1, col.shape = &n1, col.strides = NULL;
+  one.ndim = 1, one.shape = &one1, one.strides = NULL;
+  assert_kiln_ok(kiln_quantize_int8(ctx, &w->dl_tensor, &q8->dl_tensor, &col, 1, NULL));
+  assert_int_equal(fake("launches_0"), launches + 6);
+  assert_kiln_ok(kiln_quantize_int8(ctx, &w->dl_tensor, &q8->dl_tensor, &one, 0, NULL));
+  assert_int_equal(fake("launches_0"), launches + 10); /* zero, maxima, codes, scale */
+  assert_int_equal(fake("context_depth"), 0);
+  DLManagedTensorVersioned *all[] = {qweight, qzeros, scales, w, q8, s8c, g_idx, native};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_tensor_free(all[i]);
+}
+
 static void healthy(void) {
   kiln_context *ctx = create_device_0();
   assert_context_usable(ctx, NULL);
@@ -735,6 +783,7 @@ static void healthy(void) {
   int4_prefill_paths(ctx);
   attention_paths(ctx);
   attention_refusals(ctx);
+  weight_conversion_paths(ctx);
   CUstream s = NULL;
   assert_kiln_ok(kiln_stream_create(ctx, &s));
   assert_non_null(s);

@@ -565,6 +565,56 @@ static void wgmma_and_mma_sync(void **state) {
   }
 }
 
+/* kiln_quantize_int8 on the GPU (kernels/int8_quantize.cu) against the CPU context, bit for bit:
+ * f32 / f16 / bf16 weights row- and column-major, q both ways with padding (the whole buffer is
+ * compared, so writes outside the view fail), one scale per column (strided) or per tensor; an
+ * all-zero column and, in f32, a column whose max / 127 underflows. */
+static void quantize_matches_cpu(void **state) {
+  (void)state;
+  static const int64_t shapes[][2] = {{1, 1}, {37, 45}, {512, 300}, {4096, 64}};
+  for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+    for (int d = 0; d < 3; d++)
+      for (int per_column = 0; per_column < 2; per_column++) {
+        const int64_t K = shapes[sh][0], N = shapes[sh][1], ns = per_column ? N : 1, stride = per_column ? 2 : 1;
+        gmat w, q;
+        gm_init(&w, *C_DTS[d], 2, 1, K, N, (sh + d) % 2 ? COL : ROW, (int)(sh % 3));
+        gm_init(&q, T_I8, 2, 1, K, N, (sh + per_column) % 2 ? COL : ROW, UNALIGNED);
+        tm_fill(&w.h);
+        for (int64_t k = 0; k < K; k++) { /* column 0 all zero; column 1 tiny (f32) */
+          memset((char *)w.h.buf + (size_t)tm_index(&w.h, 0, k, 0) * w.h.elem, 0, w.h.elem);
+          if (N > 1 && d == 0) ((float *)w.h.buf)[tm_index(&w.h, 0, k, 1)] = 1e-44f * (float)(k % 3);
+        }
+        gm_upload(&w);
+        memset(q.h.buf, 0x5A, (size_t)q.h.total);
+        gm_upload(&q);
+        /* scales: ns entries `stride` apart, NaN between */
+        const int64_t sn = (ns - 1) * stride + 1;
+        float *hs = malloc(sizeof(float) * (size_t)sn), *gs_host = malloc(sizeof(float) * (size_t)sn);
+        for (int64_t i = 0; i < sn; i++) hs[i] = NAN;
+        DLManagedTensorVersioned *gs;
+        assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &sn, TEST_F32, &gs));
+        test_tensor hst = test_host_tensor(hs, TEST_F32, 1, &sn);
+        assert_kiln_ok(kiln_tensor_copy(g_ctx, test_dl(&hst), &gs->dl_tensor, g_stream));
+        test_tensor hview = test_host_tensor(hs, TEST_F32, 1, &ns), gview = hview;
+        hview.strides[0] = gview.strides[0] = stride;
+        gview.t.data = gs->dl_tensor.data, gview.t.device = (DLDevice){kDLCUDA, 0};
+        assert_kiln_ok(kiln_quantize_int8(g_ctx, &w.t, &q.t, test_dl(&gview), per_column, g_stream));
+        unsigned char *qgpu = malloc((size_t)q.h.total);
+        gm_download(&q, qgpu);
+        test_tensor gback = test_host_tensor(gs_host, TEST_F32, 1, &sn);
+        assert_kiln_ok(kiln_tensor_copy(g_ctx, &gs->dl_tensor, test_dl(&gback), g_stream));
+        assert_kiln_ok(kiln_stream_synchronize(g_ctx, g_stream));
+        assert_kiln_ok(kiln_quantize_int8(g_cpu, &w.h.t, &q.h.t, test_dl(&hview), per_column, NULL));
+        if (memcmp(qgpu, q.h.buf, (size_t)q.h.total) || memcmp(gs_host, hs, sizeof(float) * (size_t)sn))
+          fail_msg("kiln_quantize_int8 %s, K %" PRId64 ", N %" PRId64 ", per_column %d: the GPU's %s differ from the "
+                   "CPU's", dt_str(*C_DTS[d]), K, N, per_column,
+                   memcmp(qgpu, q.h.buf, (size_t)q.h.total) ? "codes" : "scales");
+        free(qgpu), free(hs), free(gs_host);
+        kiln_tensor_free(gs);
+        gm_free(&w), gm_free(&q);
+      }
+}
+
 /* Below sm_80 the GPU path refuses with UNSUPPORTED and says why (runs only on such devices). */
 static void refused_below_sm80(void **state) {
   (void)state;
@@ -607,6 +657,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(large),
       cmocka_unit_test(streams),
       cmocka_unit_test(wgmma_and_mma_sync),
+      cmocka_unit_test(quantize_matches_cpu),
       cmocka_unit_test(refused_below_sm80),
   };
   int failed = cmocka_run_group_tests_name("gpu_int8", tests, NULL, NULL);

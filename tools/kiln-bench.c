@@ -78,6 +78,8 @@ static const command commands[] = {
      bench_qkv_main, bench_qkv_usage},
     {"overhead", "host time per C call on tiny problems (validation + launch), against cublasGemmEx",
      bench_overhead_main, bench_overhead_usage},
+    {"qweight", "weight conversion (GPTQ import, INT4 / INT8 quantization) on the GPU against kiln's CPU context",
+     bench_qweight_main, bench_qweight_usage},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -313,7 +313,7 @@ def _quantize_int8_raw(w, q, scales, per_column=True, stream=None):
 
 def quantize_int8(w, per_column=True, *, q=None, scales=None, stream=None):
     """Symmetric int8 quantization of a float weight w [K, N]: returns (q int8 [K, N], scales f32
-    [N] per column or [1]) with w ≈ q · scale. CPU only for now."""
+    [N] per column or [1]) with w ≈ q · scale, computed where w is (CPU or GPU, the same bits)."""
     if q is None and scales is None and _torch_path(w, None):
         return _TORCH_OPS.quantize_int8(w, per_column)
     shape = _shape(w, "kiln.quantize_int8: w")

@@ -1,10 +1,11 @@
 """Quantized weights. Each class owns its buffers, allocated by the framework of the tensor it was
 made from (torch.empty / np.empty), and hands libkiln only pointers to them.
 
-kiln's quantizers and importers run on the CPU for now: made from PyTorch tensors on a GPU, a
-weight is quantized (or imported) from a host copy and its buffers are then copied to that GPU.
+The quantizers, importers and dequantizer run where the given tensors are (libkiln's GPU kernels
+for GPU tensors, on the framework's current stream, with the CPU's results bit for bit).
 .to(device) / .cuda() move an existing weight's buffers (PyTorch)."""
 import ctypes
+import sys
 from ctypes import byref, c_size_t
 
 from . import _dlpack, _frameworks, _lib, ops
@@ -21,19 +22,6 @@ def _check(st):
 def _float(x):
     """A one-element host tensor as a Python float (NumPy or torch on the CPU)."""
     return float(x.reshape(-1)[0])
-
-
-def _on_host(*tensors):
-    """(the tensors with PyTorch GPU tensors copied to the CPU, the GPU device or None). kiln's
-    quantizers and importers run on the CPU for now."""
-    device = None
-    out = []
-    for t in tensors:
-        if t is not None and _frameworks.is_torch(t) and t.device.type != "cpu":
-            device = device or t.device
-            t = t.cpu()
-        out.append(t)
-    return out, device
 
 
 def _move(op, t, how, *args):
@@ -66,12 +54,10 @@ class Int8Weight:
     @classmethod
     def from_float(cls, w, per_column=True):
         """Quantizes a float weight w [K, N] (f32/f16/bf16, any strides: pass a Linear weight
-        [N, K] as W.T). Quantized on the CPU (a GPU tensor is copied there and the result copied
-        back to its device)."""
-        (w,), device = _on_host(w)
+        [N, K] as W.T). Quantized where w is (on a GPU by kiln's kernels, bit for bit the CPU's;
+        there, weights are not checked for NaN or infinity)."""
         q, scales = ops.quantize_int8(w, per_column)
-        self = cls(q, scales, per_column)
-        return self if device is None else self.to(device)
+        return cls(q, scales, per_column)
 
     @property
     def shape(self):
@@ -185,8 +171,8 @@ class Int4Weight:
     perm is set for act-order (GPTQ g_idx) weights, whose rows are stored sorted by group:
     kiln.matmul_int4 gathers x through it, x'[:, i] = x[:, perm[i]].
 
-    Quantizing and importing run on the CPU for now: given PyTorch tensors on a GPU, from_*
-    works on host copies and returns a weight on that GPU. .to(device) / .cuda() move a weight
+    Quantizing, importing and dequantizing run where the tensors are: from_* given GPU tensors
+    builds the weight on that GPU with kiln's kernels. .to(device) / .cuda() move a weight
     (PyTorch); pass it to kiln.matmul_int4 / kiln.qkv_project_int4 with x on the same device."""
 
     _BUFFERS = ("codes", "scales", "zeros", "perm")
@@ -234,11 +220,22 @@ class Int4Weight:
         return qw
 
     def _drop_identity_perm(self):
-        """An importer writes the identity when there is no act-order; kiln need not apply it."""
-        if self.perm is None or _dlpack.device_of(self.perm)[0] != kDLCPU:
+        """An importer writes the identity when there is no act-order; kiln need not apply it. On
+        a GPU (PyTorch, CuPy) the comparison waits for the import: a one-time cost of loading."""
+        if self.perm is None:
             return
-        arr = (ctypes.c_int32 * self.k).from_address(_dlpack.data_pointer(self.perm))
-        if list(arr) == list(range(self.k)):
+        if _dlpack.device_of(self.perm)[0] == kDLCPU:
+            arr = (ctypes.c_int32 * self.k).from_address(_dlpack.data_pointer(self.perm))
+            identity = list(arr) == list(range(self.k))
+        elif _frameworks.is_torch(self.perm):
+            import torch
+            identity = torch.equal(self.perm, torch.arange(self.k, dtype=torch.int32, device=self.perm.device))
+        elif _frameworks.is_cupy(self.perm):
+            cp = sys.modules["cupy"]
+            identity = bool((self.perm == cp.arange(self.k, dtype=cp.int32)).all())
+        else:
+            return
+        if identity:
             self.perm = None
 
     # -- constructors ---------------------------------------------------------------------------
@@ -246,25 +243,23 @@ class Int4Weight:
     def from_float(cls, w, group=128, symmetric=True):
         """Round-to-nearest quantization of a float weight w [K, N] (f32/f16/bf16; pass a Linear
         weight [N, K] as W.T), per group of `group` rows (32, 64, 128 or K); symmetric: codes
-        −8..7 (zero 8), else codes 0..15 with zero points. Runs on the CPU; a PyTorch GPU tensor
-        is copied there and the weight returned on its device."""
+        −8..7 (zero 8), else codes 0..15 with zero points. Runs on w's device (bit for bit the
+        same weight on a GPU as on the CPU); there, weights are not checked for NaN or infinity."""
         shape = tuple(int(s) for s in w.shape)
         if len(shape) != 2:
             raise _lib.invalid(f"kiln.Int4Weight.from_float: w has shape {list(shape)}; expected [K, N]")
-        (w,), device = _on_host(w)
         k, n = shape
         self = cls._empty("kiln.Int4Weight.from_float", w, k, n, int(group), False)
         ctx, s = _dlpack.placement(w)
         _check(_F.qweight_quantize(ctx, _dlpack.tensor(w, "kiln.Int4Weight.from_float: w", s, []),
                                    int(bool(symmetric)), byref(self._struct()), s))
-        return self if device is None else self.to(device)
+        return self
 
     @classmethod
     def _import(cls, op, fmt, qweight, qzeros, scales, g_idx, k, n):
         ns = tuple(int(s) for s in scales.shape)
         if len(ns) != 2 or ns[0] < 1 or k % ns[0]:
             raise _lib.invalid(f"{op}: scales has shape {list(ns)}; expected [K/group, N] with K = {k}")
-        (qweight, qzeros, scales, g_idx), device = _on_host(qweight, qzeros, scales, g_idx)
         self = cls._empty(op, qweight, k, n, k // ns[0], g_idx is not None)
         ctx, s = _dlpack.placement(qweight)
         keep = []
@@ -273,7 +268,7 @@ class Int4Weight:
                                  _dlpack.tensor(scales, f"{op}: scales", s, keep),
                                  _dlpack.tensor(g_idx, f"{op}: g_idx", s, keep), byref(self._struct()), s))
         self._drop_identity_perm()
-        return self if device is None else self.to(device)
+        return self
 
     @classmethod
     def from_gptq(cls, qweight, qzeros, scales, g_idx=None, version=1):
@@ -320,14 +315,8 @@ class Int4Weight:
 
     def dequantize(self, dtype="float32", *, out=None):
         """w [K, N] in dtype (float32, float16, bfloat16), in the native row order (permuted by
-        perm when set), on the weight's device. Computed on the CPU (a GPU weight is copied there
-        and the result back); for references, tests and debugging."""
-        if _frameworks.is_torch(self.codes) and self.codes.device.type != "cpu":
-            host = self.to("cpu").dequantize(dtype)
-            if out is None:
-                return host.to(self.codes.device)
-            out.copy_(host)
-            return out
+        perm when set), on the weight's device, computed there; for references, tests and
+        debugging."""
         if out is None:
             out = _frameworks.empty("kiln.Int4Weight.dequantize", self.codes, (self.k, self.n), dtype)
         ctx, s = _dlpack.placement(self.codes)

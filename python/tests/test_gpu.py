@@ -507,3 +507,46 @@ def test_int4_block_compile_fullgraph():
     torch._dynamo.reset()
     compiled = torch.compile(int4_block, fullgraph=True)  # Int4Weights as arguments; raises on a graph break
     torch.testing.assert_close(compiled(*args), eager, rtol=1e-3, atol=1e-3)
+
+
+def _int4_buffers_equal(gpu, cpu):
+    for name in ("codes", "scales", "zeros", "perm"):
+        a, b = getattr(gpu, name), getattr(cpu, name)
+        assert (a is None) == (b is None), name
+        if a is not None:
+            assert a.is_cuda and torch.equal(a.cpu(), b), name
+
+
+def test_int8_weights_quantized_on_the_gpu_match_the_cpu():
+    w = torch.randn(300, 72)
+    for per_column in (True, False):
+        cpu, gpu = kiln.Int8Weight.from_float(w, per_column), kiln.Int8Weight.from_float(w.to(DEV), per_column)
+        assert gpu.q.is_cuda and torch.equal(gpu.q.cpu(), cpu.q) and torch.equal(gpu.scales.cpu(), cpu.scales)
+        assert gpu.scale == cpu.scale
+
+
+def test_int4_weights_built_on_the_gpu_match_the_cpu():
+    """from_float / from_gptq / from_awq / from_reference given GPU tensors run libkiln's GPU
+    kernels (no host copy) and give the CPU's buffers bit for bit; dequantize runs there too."""
+    k, n, g = 512, 64, 64
+    w = torch.randn(k, n)
+    for sym in (True, False):
+        cpu = kiln.Int4Weight.from_float(w, group=g, symmetric=sym)
+        gpu = kiln.Int4Weight.from_float(w.to(DEV), group=g, symmetric=sym)
+        _int4_buffers_equal(gpu, cpu)
+        assert torch.equal(gpu.dequantize("float16").cpu(), cpu.dequantize("float16"))
+    words = lambda *shape: torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32)  # noqa: E731
+    qweight, qzeros, scales = words(k // 8, n), words(k // g, n // 8), torch.randn(k // g, n).half()
+    act = (torch.arange(k) // g)[torch.randperm(k)].int()
+    for version in (1, 2):
+        cpu = kiln.Int4Weight.from_gptq(qweight, qzeros, scales, act, version=version)
+        gpu = kiln.Int4Weight.from_gptq(qweight.to(DEV), qzeros.to(DEV), scales.to(DEV), act.to(DEV), version=version)
+        _int4_buffers_equal(gpu, cpu)
+    trivial = (torch.arange(k) // g).int().to(DEV)  # the identity perm the GPU writes is dropped again
+    assert kiln.Int4Weight.from_gptq(qweight.to(DEV), qzeros.to(DEV), scales.to(DEV), trivial).perm is None
+    awq = words(k, n // 8)
+    _int4_buffers_equal(kiln.Int4Weight.from_awq(awq.to(DEV), qzeros.to(DEV), scales.to(DEV)),
+                        kiln.Int4Weight.from_awq(awq, qzeros, scales))
+    ref, ref_scales = words(n, k // 8), torch.randn(k // 128, n).half()
+    _int4_buffers_equal(kiln.Int4Weight.from_reference(ref.to(DEV), ref_scales.to(DEV)),
+                        kiln.Int4Weight.from_reference(ref, ref_scales))

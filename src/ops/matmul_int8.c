@@ -6,9 +6,8 @@
  * is written, and each message names the op, the argument, what was found, what was expected
  * and how to fix it.
  *
- * Documented limitation: kiln_quantize_int8 has no GPU implementation yet; on a CUDA context it
- * validates its arguments and then fails with KILN_ERROR_UNSUPPORTED ("quantize on a CPU
- * context"). Weights are quantized once, offline, so the CPU quantizer is the supported path.
+ * kiln_quantize_int8 runs on either context, bit for bit the same; on a GPU the weights'
+ * finiteness (which the CPU checks before writing) is the caller's contract (kiln.h).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -202,9 +201,36 @@ static kiln_status strided_2d(const char *op, const char *arg, const DLTensor *t
   return KILN_OK;
 }
 
+/* kernels/int8_quantize.cu over validated args: one launch per column's scale, or the four
+ * phases of one scale for the tensor (its maximum meets in scales[0]), in order on stream. */
+static kiln_status quantize_int8_gpu(const kiln_context *ctx, const char *op, const kiln_cpu_quant_args *c,
+                                     CUstream stream) {
+  kiln_int8_quant_args a = {.w = c->w, .q = c->q, .scales = c->scales, .w_rs = c->w_rs, .w_cs = c->w_cs,
+                            .q_rs = c->q_rs, .q_cs = c->q_cs, .scales_stride = c->scales_stride, .k = c->k,
+                            .n = c->n, .w_dtype = c->w_dtype};
+  static const int32_t per_column[] = {KILN_Q8_COLUMNS}, per_tensor[] = {KILN_Q8_ZERO, KILN_Q8_MAX, KILN_Q8_CODES,
+                                                                         KILN_Q8_SCALE};
+  const int32_t *phases = c->per_column ? per_column : per_tensor;
+  const int count = c->per_column ? 1 : 4;
+  const int64_t threads = 256, cap = (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 1) * 16;
+  int64_t blocks = (c->n + threads - 1) / threads; /* one thread per column */
+  if (blocks > cap) blocks = cap;
+  kiln_ctx_scope scope;
+  kiln_status st = kiln_ctx_enter(ctx, &scope, op);
+  if (st) return st;
+  for (int i = 0; i < count && !st; i++) {
+    a.phase = phases[i];
+    const bool one = a.phase == KILN_Q8_ZERO || a.phase == KILN_Q8_SCALE;
+    void *params[] = {&a};
+    st = kiln_launch(ctx, KILN_K_INT8_QUANTIZE, one ? 1 : (unsigned)blocks, 1, 1, one ? 32 : (unsigned)threads, 0,
+                     stream, params, op);
+  }
+  kiln_ctx_leave(ctx, &scope);
+  return st;
+}
+
 kiln_status kiln_quantize_int8(kiln_context *ctx, const DLTensor *w, const DLTensor *q, const DLTensor *scales,
                                int per_column, CUstream stream) {
-  (void)stream;
   const char *op = "kiln_quantize_int8";
   kiln_status st = kiln_check_context(ctx, op);
   if (st) return st;
@@ -241,12 +267,10 @@ kiln_status kiln_quantize_int8(kiln_context *ctx, const DLTensor *w, const DLTen
       (st = kiln_check_no_overlap(op, "scales", &s_range, "w", &w_range)) ||
       (st = kiln_check_no_overlap(op, "scales", &s_range, "q", &q_range)))
     return st;
-  if (ctx->device_type != kDLCPU)
-    return kiln_fail(KILN_ERROR_UNSUPPORTED, "%s: no GPU quantizer in this build yet; quantize on a CPU context "
-                     "(kiln_context_create(kDLCPU, ...)) and copy q and scales to the device", op);
   args.w = kiln_tensor_data(w);
   args.w_dtype = kiln_dt_code(w->dtype);
   args.q = (int8_t *)kiln_tensor_data(q);
   args.per_column = per_column;
-  return kiln_cpu_quantize_int8(op, &args);
+  if (ctx->device_type == kDLCPU) return kiln_cpu_quantize_int8(op, &args);
+  return quantize_int8_gpu(ctx, op, &args, stream);
 }

@@ -15,8 +15,12 @@
  * or trivial and out->perm is non-NULL, perm is filled with the identity (so a non-NULL perm is
  * always valid); out->perm may be NULL then.
  *
- * Documented limitation: CPU context only for now (UNSUPPORTED on a CUDA context after
- * validation).
+ * On a GPU context the same validation runs on the host, then kernels/qweight.cu does the work
+ * on the caller's stream, bit for bit as here. What the CPU reads from the data before writing
+ * (g_idx's values, the weights' finiteness, zero points above 16) a GPU op cannot read without a
+ * sync, so there it is the caller's contract (kiln.h) and the kernels keep every index in bounds
+ * whatever the data: a GPU import with a g_idx always writes perm, a permutation even for an
+ * invalid g_idx.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -104,13 +108,36 @@ static kiln_status check_qweight(const kiln_context *ctx, const char *op, const 
                            "copy the weight's buffers");
 }
 
-static kiln_status cpu_only(const kiln_context *ctx, const char *op) {
-  if (ctx->device_type != kDLCPU)
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: no GPU implementation in this build yet; run it on a CPU context "
-                     "(kiln_context_create(kDLCPU, ...)) with host buffers and copy them to the device",
-                     op);
-  return KILN_OK;
+/* Enqueues kernels/qweight.cu's kernel id over `items` independent items (grid-stride, a few
+ * waves of blocks at most), or over one block per sort key (KILN_K_QWEIGHT_SORT). The caller has
+ * entered the context. */
+static kiln_status qweight_launch(const kiln_context *ctx, const char *op, kiln_kernel_id id, kiln_qweight_args *a,
+                                  int64_t items, CUstream stream) {
+  const int64_t threads = 256, cap = (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 1) * 16;
+  int64_t blocks = id == KILN_K_QWEIGHT_SORT ? items : (items + threads - 1) / threads;
+  if (blocks > cap) blocks = cap;
+  void *params[] = {a};
+  return kiln_launch(ctx, id, (unsigned)blocks, 1, 1, (unsigned)threads, 0, stream, params, op);
+}
+
+/* The kernels of a GPU context's call, in order on stream, inside the context. */
+static kiln_status qweight_run_gpu(const kiln_context *ctx, const char *op, kiln_qweight_args *a,
+                                   const kiln_kernel_id *ids, const int64_t *items, int count, CUstream stream) {
+  kiln_ctx_scope scope;
+  kiln_status st = kiln_ctx_enter(ctx, &scope, op);
+  if (st) return st;
+  for (int i = 0; i < count && !st; i++) st = qweight_launch(ctx, op, ids[i], a, items[i], stream);
+  kiln_ctx_leave(ctx, &scope);
+  return st;
+}
+
+/* The native buffers of q as kernel arguments. */
+static kiln_qweight_args native_args(const kiln_qweight *q) {
+  kiln_qweight_args a;
+  memset(&a, 0, sizeof a);
+  a.k = q->k, a.n = q->n, a.group = q->group;
+  a.codes = q->codes, a.scales = q->scales, a.zeros = q->zeros, a.perm = q->perm;
+  return a;
 }
 
 /* A rank-2 (rank-1 when cols < 0) source tensor of given dtypes and exact shape; element strides. */
@@ -234,7 +261,6 @@ static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 kiln_status kiln_qweight_import(kiln_context *ctx, kiln_qformat format, const DLTensor *qweight,
                                 const DLTensor *qzeros, const DLTensor *scales, const DLTensor *g_idx,
                                 kiln_qweight *out, CUstream stream) {
-  (void)stream;
   const char *op = "kiln_qweight_import";
   kiln_status st = kiln_check_context(ctx, op);
   if (st) return st;
@@ -296,10 +322,20 @@ kiln_status kiln_qweight_import(kiln_context *ctx, kiln_qformat format, const DL
     if ((st = check_src(ctx, op, "g_idx", g_idx, K, -1, 2, what, &I))) return st;
   }
 
+  /* On a GPU context g_idx's values stay on the device: perm is always written (the identity for
+   * a trivial g_idx), and the values are the caller's contract (kiln.h). */
+  const bool gpu = ctx->device_type != kDLCPU;
+  if (gpu && g_idx && !out->perm)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: g_idx is given but out->perm is NULL; on a GPU context kiln cannot tell an act-order "
+                     "g_idx from a trivial one without reading it back, so point out->perm at an int32 [K] buffer "
+                     "(or pass g_idx = NULL when g_idx[k] == k / group for every k)",
+                     op);
+
   /* Act-order: a stable counting sort of the rows by g_idx. */
   int32_t *order = NULL;
   bool permuted = false;
-  if (g_idx) {
+  if (g_idx && !gpu) {
     for (int64_t k = 0; k < K; k++) {
       int32_t g;
       memcpy(&g, I.data + (size_t)(k * I.rs) * 4, 4);
@@ -343,7 +379,18 @@ kiln_status kiln_qweight_import(kiln_context *ctx, kiln_qformat format, const DL
       (st = check_out_overlap(op, out, with_perm, "scales", S.data, S.span)) ||
       (g_idx && (st = check_out_overlap(op, out, with_perm, "g_idx", I.data, I.span))))
     return st;
-  if ((st = cpu_only(ctx, op))) return st;
+  if (gpu) {
+    kiln_qweight_args a = native_args(out);
+    a.format = (int32_t)format;
+    a.src = (void *)(uintptr_t)Q.data, a.src_rs = Q.rs, a.src_cs = Q.cs;
+    a.qzeros = (const uint32_t *)(const void *)Z.data, a.qzeros_rs = Z.rs, a.qzeros_cs = Z.cs;
+    a.src_scales = (const uint16_t *)(const void *)S.data, a.src_scales_rs = S.rs, a.src_scales_cs = S.cs;
+    a.g_idx = (const int32_t *)(const void *)I.data, a.g_idx_s = I.rs;
+    const kiln_kernel_id ids[2] = {KILN_K_QWEIGHT_SORT, KILN_K_QWEIGHT_IMPORT};
+    const int64_t items[2] = {NG + 1, K / 8 * N + NG * N + (out->perm && !g_idx ? K : 0)};
+    return g_idx ? qweight_run_gpu(ctx, op, &a, ids, items, 2, stream)
+                 : qweight_run_gpu(ctx, op, &a, ids + 1, items + 1, 1, stream);
+  }
 
   if (permuted) {
     order = calloc((size_t)K, sizeof(int32_t));
@@ -421,7 +468,6 @@ kiln_status kiln_qweight_import(kiln_context *ctx, kiln_qformat format, const DL
 /* kiln_qweight_dequantize                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweight *qw, const DLTensor *w, CUstream stream) {
-  (void)stream;
   const char *op = "kiln_qweight_dequantize";
   kiln_status st = kiln_check_context(ctx, op);
   if (st) return st;
@@ -445,7 +491,14 @@ kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweight *qw, c
       kiln_spans_overlap(W.data, (size_t)W.span_bytes, qw->zeros, zb))
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT, "%s: w overlaps a buffer of qw in memory; the output must be a "
                      "separate buffer", op);
-  if ((st = cpu_only(ctx, op))) return st;
+  if (ctx->device_type != kDLCPU) { /* zero points unchecked there (kiln.h) */
+    kiln_qweight_args a = native_args(qw);
+    a.perm = NULL;
+    a.src = W.data, a.src_rs = W.rs, a.src_cs = W.cs, a.dtype = dt;
+    const kiln_kernel_id id = KILN_K_QWEIGHT_DEQUANT;
+    const int64_t items = K * N;
+    return qweight_run_gpu(ctx, op, &a, &id, &items, 1, stream);
+  }
   for (int64_t i = 0; i < (K / G) * N; i++)
     if (qw->zeros[i] > 16)
       return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
@@ -466,7 +519,6 @@ kiln_status kiln_qweight_dequantize(kiln_context *ctx, const kiln_qweight *qw, c
 /* ------------------------------------------------------------------------------------------ */
 kiln_status kiln_qweight_quantize(kiln_context *ctx, const DLTensor *w, int symmetric, kiln_qweight *out,
                                   CUstream stream) {
-  (void)stream;
   const char *op = "kiln_qweight_quantize";
   kiln_status st = kiln_check_context(ctx, op);
   if (st) return st;
@@ -501,7 +553,14 @@ kiln_status kiln_qweight_quantize(kiln_context *ctx, const DLTensor *w, int symm
   if ((st = check_out_overlap(op, out, false, NULL, NULL, 0)) ||
       (st = check_out_overlap(op, out, false, "w", base, (size_t)span)))
     return st;
-  if ((st = cpu_only(ctx, op))) return st;
+  if (ctx->device_type != kDLCPU) { /* finiteness unchecked there (kiln.h) */
+    kiln_qweight_args a = native_args(out);
+    a.perm = NULL;
+    a.src = (void *)(uintptr_t)base, a.src_rs = rs, a.src_cs = cs, a.dtype = dt, a.symmetric = symmetric;
+    const kiln_kernel_id id = KILN_K_QWEIGHT_QUANTIZE;
+    const int64_t items = K / G * N;
+    return qweight_run_gpu(ctx, op, &a, &id, &items, 1, stream);
+  }
   /* Reject NaN/inf and scales beyond f16 before anything is written. */
   for (int64_t k = 0; k < K; k++)
     for (int64_t n = 0; n < N; n++) {

@@ -585,6 +585,30 @@ static const char *check_launch_args(const char *image, void **params) {
     const int64_t k = *(const int32_t *)params[1];
     const char *bad = check_int8_weight(args, k);
     return bad ? bad : check_workspace(params[2], k, ((const kiln_qkv_proj *)args)->n, params[3]);
+  } else if (!strcmp(image, "qweight")) { /* every kernel: kiln_qweight_args; format 0: src is a float [k][n] */
+    const kiln_qweight_args *q = args;
+    const char *bad = check_int4_weight(q->codes, q->scales, q->zeros, q->perm, q->k, q->n, q->group);
+    if (bad) return bad;
+    const int64_t groups = q->group > 0 ? q->k / q->group : 0;
+    uint64_t src_bytes;
+    if (q->format == KILN_QF_REFERENCE) src_bytes = (uint64_t)(q->k / 8) * (uint64_t)q->n * 4; /* one dense buffer */
+    else if (q->format == KILN_QF_AWQ) src_bytes = matrix_bytes(1, 0, q->k, q->src_rs, q->n / 8, q->src_cs, 4);
+    else if (q->format) src_bytes = matrix_bytes(1, 0, q->k / 8, q->src_rs, q->n, q->src_cs, 4);
+    else src_bytes = matrix_bytes(1, 0, q->k, q->src_rs, q->n, q->src_cs, dtype_bytes(q->dtype));
+    if (check_declared((uintptr_t)q->src, src_bytes)) return "src";
+    if (q->qzeros && check_declared((uintptr_t)q->qzeros, matrix_bytes(1, 0, groups, q->qzeros_rs, q->n / 8, q->qzeros_cs, 4)))
+      return "qzeros";
+    if (q->src_scales &&
+        check_declared((uintptr_t)q->src_scales, matrix_bytes(1, 0, groups, q->src_scales_rs, q->n, q->src_scales_cs, 2)))
+      return "src_scales";
+    if (q->g_idx && check_declared((uintptr_t)q->g_idx, matrix_bytes(1, 0, q->k, q->g_idx_s, 1, 0, 4))) return "g_idx";
+    if (q->g_idx && !q->perm) return "perm (NULL beside a g_idx)";
+  } else if (!strcmp(image, "int8_quantize")) {
+    const kiln_int8_quant_args *q = args;
+    if (check_declared((uintptr_t)q->w, matrix_bytes(1, 0, q->k, q->w_rs, q->n, q->w_cs, dtype_bytes(q->w_dtype))))
+      return "w";
+    if (check_declared((uintptr_t)q->q, matrix_bytes(1, 0, q->k, q->q_rs, q->n, q->q_cs, 1))) return "q";
+    if (check_scales(q->scales, q->n, q->phase == KILN_Q8_COLUMNS ? q->scales_stride : 0)) return "scales";
   } else if (!strcmp(image, "cast")) {
     const kiln_cast_args *c = args;
     if (c->count && check_declared((uintptr_t)c->src, extent(4, c->shape, c->src_strides, dtype_bytes(c->src_dtype))))

@@ -31,6 +31,8 @@ int bench_qkv_main(int argc, char **argv);
 extern const char bench_qkv_usage[];
 int bench_overhead_main(int argc, char **argv);
 extern const char bench_overhead_usage[];
+int bench_qweight_main(int argc, char **argv);
+extern const char bench_qweight_usage[];
 
 /* ------------------------------------------------------------------------------------------ */
 /* Options every subcommand accepts                                                            */
