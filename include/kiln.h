@@ -573,8 +573,9 @@ typedef enum kiln_attention_algo {
                                       * (tensor cores; UNSUPPORTED where they do not apply or
                                       * do not fit the device's shared memory) */
   KILN_ATTENTION_FLASH_WGMMA = 4,    /* FLASH with the sm_90a FlashAttention-3 style kernels
-                                      * (wgmma + TMA), forward and backward: sm_90 only, D <= 128,
-                                      * no stride-0 repeats in q, k, v; UNSUPPORTED otherwise */
+                                      * (wgmma + TMA): sm_90 only, D <= 256 forward and D <= 128
+                                      * backward, no stride-0 repeats in q, k, v; UNSUPPORTED
+                                      * otherwise */
 } kiln_attention_algo;
 
 typedef struct kiln_attention_opts {

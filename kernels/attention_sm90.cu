@@ -1,7 +1,8 @@
 /*
  * attention_sm90.cu — kiln_attention's FLASH forward for Hopper (sm_90a): FlashAttention-3 style,
- * warpgroup MMA fed by TMA, for head dims padded to 64 or 128 (D = 256 and other GPUs run the
- * mma.sync kernel of attention_sm80.cu).
+ * warpgroup MMA fed by TMA, for head dims padded to 64, 128 or 256 (other GPUs run the mma.sync
+ * kernel of attention_sm80.cu). At D = 256 key blocks are BN = 64 and the ring 2 slots (kiln_abi.h
+ * WG_*): the 64 x 256 output accumulator takes 128 registers a thread.
  *
  * Why: mma.sync reaches ~60 % of Hopper's tensor cores and its operands pass through registers
  * (ldmatrix); wgmma reads K and V straight from shared memory, and one thread's TMA copies
@@ -21,7 +22,8 @@
  *                 Within a warpgroup the softmax of block j overlaps P·V of block j - 1 (issued
  *                 with Q·K(j)ᵀ); the two warpgroups take turns to issue their MMAs (ping-pong),
  *                 so that one's softmax runs while the other's MMAs do.
- * setmaxnreg gives the consumers 232 registers (S: 64, O: up to 64 fp32 per thread).
+ * setmaxnreg gives the consumers 232 registers (S: 64, O: up to 64 fp32 per thread; at D = 256,
+ * S: 32, O: 128).
  *
  * The short-sequence configuration (algo SMEM, kiln_abi.h's SH_* sizes) is the same code with one
  * consumer warpgroup (BM = 64, no ping-pong) and a smaller ring, so that two blocks fit on an SM.
@@ -56,7 +58,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
   constexpr int BM = 64 * NC;
   constexpr int Q_BYTES = BM * DP * 2, KV_BYTES = BN * DP * 2;
   constexpr bool PINGPONG = KILN_ATTN_PINGPONG && NC == 2;
-  static_assert(DP == 64 || DP == 128, "wgmma tiles for head dims padded to 64 or 128");
+  static_assert(DP == 64 || DP == 128 || DP == 256, "wgmma tiles for head dims padded to 64, 128 or 256");
   static_assert(NC >= 1 && NC <= 3, "one to three consumer warpgroups");
   static_assert(SMEM_BYTES >= Q_BYTES + STAGES * 2 * KV_BYTES + 1024 + (1 + 3 * STAGES) * 8,
                 "smem budget");
@@ -203,18 +205,20 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
     kiln::attn::forward_sm90<bf16, dp, nc, bn, stages, smem>(args, &map_q, &map_k, &map_v);                    \
   }
 #define KILN_ATTN_WG_ENTRY(name, bf16, dp)                                                                   \
-  KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_WG_THREADS, 1, KILN_ATTN_WG_BM / 64, KILN_ATTN_WG_BN,           \
+  KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_WG_THREADS, 1, KILN_ATTN_WG_BM / 64, KILN_ATTN_WG_BN(dp),       \
                       KILN_ATTN_WG_STAGES(dp), KILN_ATTN_WG_SMEM_BYTES(dp))
 #define KILN_ATTN_WD_ENTRY(name, bf16)                                                                       \
-  KILN_ATTN_FWD_ENTRY(name, bf16, 64, KILN_ATTN_WD_THREADS, 1, KILN_ATTN_WD_BM / 64, KILN_ATTN_WG_BN,          \
+  KILN_ATTN_FWD_ENTRY(name, bf16, 64, KILN_ATTN_WD_THREADS, 1, KILN_ATTN_WD_BM / 64, KILN_ATTN_WG_BN(64),      \
                       KILN_ATTN_WG_STAGES(64), KILN_ATTN_WD_SMEM_BYTES)
 #define KILN_ATTN_SH_ENTRY(name, bf16, dp)                                                                   \
   KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_SH_THREADS, 2, 1, KILN_ATTN_SH_BN(dp), KILN_ATTN_SH_STAGES(dp), \
                       KILN_ATTN_SH_SMEM_BYTES(dp))
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_f16_d64, false, 64)
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_f16_d128, false, 128)
+KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_f16_d256, false, 256)
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_bf16_d64, true, 64)
 KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_bf16_d128, true, 128)
+KILN_ATTN_WG_ENTRY(kiln_attn_fwd_wgmma_bf16_d256, true, 256)
 KILN_ATTN_WD_ENTRY(kiln_attn_fwd_wide_f16_d64, false)
 KILN_ATTN_WD_ENTRY(kiln_attn_fwd_wide_bf16_d64, true)
 KILN_ATTN_SH_ENTRY(kiln_attn_fwd_short_f16_d64, false, 64)

@@ -42,10 +42,11 @@
   X(KILN_K_ATTN_BWD_DQ_WG_##dt##_D64, "kiln_attn_bwd_dq_wgmma_" #dt "_d64", "attention_bwd_sm90")             \
   X(KILN_K_ATTN_BWD_DQ_WG_##dt##_D128, "kiln_attn_bwd_dq_wgmma_" #dt "_d128", "attention_bwd_sm90")
 
-/* Attention forward (FLASH, sm_90a WGMMA): kiln_attn_fwd_wgmma_<dtype>_d<padded head dim 64, 128>. */
+/* Attention forward (FLASH, sm_90a WGMMA): kiln_attn_fwd_wgmma_<dtype>_d<padded head dim 64, 128, 256>. */
 #define KILN_ATTN_WG_KERNELS_FOR(X, dt)                                                          \
   X(KILN_K_ATTN_FWD_WG_##dt##_D64, "kiln_attn_fwd_wgmma_" #dt "_d64", "attention_sm90")         \
-  X(KILN_K_ATTN_FWD_WG_##dt##_D128, "kiln_attn_fwd_wgmma_" #dt "_d128", "attention_sm90")
+  X(KILN_K_ATTN_FWD_WG_##dt##_D128, "kiln_attn_fwd_wgmma_" #dt "_d128", "attention_sm90")       \
+  X(KILN_K_ATTN_FWD_WG_##dt##_D256, "kiln_attn_fwd_wgmma_" #dt "_d256", "attention_sm90")
 #define KILN_ATTN_WD_KERNELS_FOR(X, dt) /* the wide D = 64 configuration (kiln_abi.h) */      \
   X(KILN_K_ATTN_FWD_WD_##dt##_D64, "kiln_attn_fwd_wide_" #dt "_d64", "attention_sm90")
 #define KILN_ATTN_SH_KERNELS_FOR(X, dt)                                                          \

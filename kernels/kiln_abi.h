@@ -206,22 +206,26 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_DELTA_ROWS (KILN_ATTN_THREADS / KILN_ATTN_DELTA_LANES)
 #define KILN_ATTN_SMEM_BYTES(dp) ((KILN_ATTN_BR(dp) + 4 * KILN_ATTN_BC(dp)) * ((dp) + KILN_GEMM_PAD) * 2)
 
-/* The sm_90a FLASH forward (kernels/attention_sm90.cu), head dims padded to 64 or 128: 3
+/* The sm_90a FLASH forward (kernels/attention_sm90.cu), head dims padded to 64, 128 or 256: 3
  * warpgroups (a TMA producer, two consumers of 64 query rows) own WG_BM = 128 query rows and walk
- * the keys in blocks of WG_BN = 128 through a ring of WG_STAGES K/V slots. Shared memory: the Q
- * tile, the ring, 1 KB of alignment slack and the mbarriers (225 KB for D = 128, 145 KB for 64). */
+ * the keys in blocks of WG_BN(dp) through a ring of WG_STAGES(dp) K/V slots: 128 keys and 4 / 3
+ * slots at D = 64 / 128; at D = 256 64 keys and 2 slots, since the 64 x 256 fp32 output
+ * accumulator alone takes 128 of a consumer thread's 232 registers and the Q tile 64 KB of shared
+ * memory. Shared memory: the Q tile, the ring, 1 KB of alignment slack and the mbarriers (145,
+ * 225 and 193 KB). */
 #ifndef KILN_ATTN_PINGPONG /* 0: the consumer warpgroups issue MMAs whenever ready (tuning experiments) */
 #define KILN_ATTN_PINGPONG 1
 #endif
 #define KILN_ATTN_WG_BM 128
-#define KILN_ATTN_WG_BN 128
+#define KILN_ATTN_WG_BN(dp) ((dp) <= 128 ? 128 : 64)
 #define KILN_ATTN_WG_THREADS 384
-#define KILN_ATTN_WG_STAGES(dp) ((dp) <= 64 ? 4 : 3)
+#define KILN_ATTN_WG_STAGES(dp) ((dp) <= 64 ? 4 : (dp) <= 128 ? 3 : 2)
 /* Shared memory of an sm_90a forward configuration: the Q tile of bm rows, a ring of `stages`
  * K and V slots of bn keys, 1 KB of alignment slack, the mbarriers (Q, and full / empty / P per slot). */
 #define KILN_ATTN_FWD_SMEM_BYTES(bm, bn, stages, dp)                                                   \
   (((bm) + 2 * (stages) * (bn)) * (dp) * 2 + 1024 + (1 + 3 * (stages)) * 8)
-#define KILN_ATTN_WG_SMEM_BYTES(dp) KILN_ATTN_FWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_BN, KILN_ATTN_WG_STAGES(dp), dp)
+#define KILN_ATTN_WG_SMEM_BYTES(dp) \
+  KILN_ATTN_FWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_BN(dp), KILN_ATTN_WG_STAGES(dp), dp)
 
 /* The wide D = 64 forward (opts.tile_m = 192, and AUTO / FLASH where wide_wins in
  * attention_gpu.c): 4 warpgroups, three consumers of 64 query rows (WD_BM = 192), no ping-pong,
@@ -231,7 +235,7 @@ typedef struct kiln_attn_args {
  * warpgroups taking turns (docs/performance.md, "The wide D = 64 forward"). */
 #define KILN_ATTN_WD_BM 192
 #define KILN_ATTN_WD_THREADS 512
-#define KILN_ATTN_WD_SMEM_BYTES KILN_ATTN_FWD_SMEM_BYTES(KILN_ATTN_WD_BM, KILN_ATTN_WG_BN, KILN_ATTN_WG_STAGES(64), 64)
+#define KILN_ATTN_WD_SMEM_BYTES KILN_ATTN_FWD_SMEM_BYTES(KILN_ATTN_WD_BM, KILN_ATTN_WG_BN(64), KILN_ATTN_WG_STAGES(64), 64)
 
 /* The sm_90a short-sequence forward (algo SMEM; the same kernel as the FLASH forward, configured
  * for a few key blocks per query tile): 2 warpgroups (a TMA producer, one consumer of SH_BM = 64

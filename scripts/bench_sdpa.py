@@ -4,7 +4,8 @@ forward and forward+backward times on the same shapes, written as lines "S D cau
 fwdbwd_us" (medians of CUDA-event timings after warm-up, random inputs; the backward gets a random
 dO) after a "# ... SDPA <backend> backend" header, which names the peer in kiln-bench's table.
 Run on the GPU machine before kiln-bench attention --peer FILE:
-    python3 scripts/bench_sdpa.py [--quick] [--dtype f16|bf16|all] [--backend flash|cudnn] > sdpa.txt"""
+    python3 scripts/bench_sdpa.py [--quick] [--dtype f16|bf16|all] [--backend flash|cudnn]
+        [--head-dims 64,128,256] > sdpa.txt"""
 import argparse
 import statistics
 
@@ -18,6 +19,7 @@ ap.add_argument("--dtype", default="f16", choices=["f16", "bf16", "all"])
 ap.add_argument("--reps", type=int, default=30)
 ap.add_argument("--backend", default="flash", choices=["flash", "cudnn"])
 ap.add_argument("--lengths", default=None, help="comma-separated sequence lengths instead of the default list")
+ap.add_argument("--head-dims", default="64,128", help="comma-separated head dims (64, 128, 256)")
 a = ap.parse_args()
 dtypes = {"f16": [torch.float16], "bf16": [torch.bfloat16], "all": [torch.float16, torch.bfloat16]}[a.dtype]
 names = {torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -26,7 +28,7 @@ if a.lengths:
     lengths = [int(x) for x in a.lengths.split(",")]
 backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[a.backend]
 print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}, SDPA {a.backend} backend")
-for d in (64, 128):
+for d in [int(x) for x in a.head_dims.split(",")]:
     for causal in (0, 1):
         for dt in dtypes:
             for s in lengths:

@@ -28,11 +28,17 @@
 #                    (main's PREFILL kernel) twice, builds interleaved (about 5 minutes)
 #   verify HEAD      every GPU test program of HEAD's build (the soak excepted), then memcheck of
 #                    test_gpu_matmul's backward tests and test_gpu_int4's fused PREFILL tests
+#   d256 HEAD        (branch wip/attention-wgmma-d256, build-d256: an sm_90a build of it) the
+#                    sm_90a FLASH forward at D = 256: SASS, test_gpu_attention, memcheck and
+#                    racecheck, SDPA and kiln-bench at D = 256 (about 8 minutes). Before the call:
+#                    scripts/slim-build.sh build-d256 build-ladder/slim/d256 &&
+#                      (cd build-ladder && tar czf carry-d256.tgz slim/d256)
+#                    then: tar xzf build-ladder/carry-d256.tgz -C /tmp && bash scripts/device-next.sh d256 /tmp/slim/d256
 #   p17 RUNG MAIN    (done 2026-12-05) rung p17 of the int4 PREFILL beside main
 # Logs: $OUT/next-MODE.tgz (one file), and a summary on stdout.
 set -u
 unset LD_LIBRARY_PATH # each build's programs load their own libkiln.so (RUNPATH $ORIGIN/..)
-mode=${1:?usage: device-next.sh qweight HEAD | paired HEAD | p18 RUNG BASE | verify HEAD | p17 RUNG MAIN}
+mode=${1:?usage: device-next.sh qweight HEAD | paired HEAD | p18 RUNG BASE | verify HEAD | d256 HEAD | p17 RUNG MAIN}
 L=/tmp/next-$mode
 rm -rf "$L" && mkdir -p "$L"
 memcheck() { # memcheck PROGRAM FILTER LOG
@@ -132,6 +138,35 @@ p18)
     OUT=$L/ladder-$round timeout 200 bash scripts/w4-prefill-ladder.sh "$B" "$R" 2>&1 | tee "$L/ladder-$round.txt" |
       sed "s/^/round $round: /"
   done
+  ;;
+d256)
+  # (branch wip/attention-wgmma-d256 until this has passed once) the sm_90a FLASH forward at
+  # D = 256 (64-key blocks, a ring of 2): its registers and HGMMA count, every attention test
+  # (each D = 256 case through FLASH_WGMMA's forward; the backward at D = 256 through FLASH:
+  # the WGMMA forward's O and LSE into the mma.sync backward), memcheck and racecheck of
+  # head_dims_dtypes (D = 256 among its cases), then SDPA and kiln-bench at D = 256
+  H=$2
+  timeout 60 cuobjdump -res-usage "$H"/kernels/attention_sm90*.fatbin >"$L/res-usage.txt" 2>&1
+  grep -A1 -E 'Function kiln_attn_fwd_wgmma_.*_d256' "$L/res-usage.txt" | grep -oE '(Function [a-z0-9_]+|REG:[0-9]+|SHARED:[0-9]+)' |
+    paste -sd' ' | sed 's/Function /\n/g'
+  echo
+  timeout 60 cuobjdump -sass -fun kiln_attn_fwd_wgmma_f16_d256 "$H"/kernels/attention_sm90*.fatbin >"$L/sass-d256.txt" 2>&1
+  echo "kiln_attn_fwd_wgmma_f16_d256: HGMMA $(grep -c HGMMA "$L/sass-d256.txt")"
+  timeout 240 "$H/tests/test_gpu_attention" >"$L/test_gpu_attention.log" 2>&1
+  echo "test_gpu_attention: exit $?: $(grep -E 'PASSED|FAILED|SKIP' "$L/test_gpu_attention.log" | tr '\n' ' ')"
+  grep -E '^FAILED|FAILED ' "$L/test_gpu_attention.log" | head -20
+  memcheck "$H/tests/test_gpu_attention" "head_dims_dtypes" "$L/memcheck-head-dims.log"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  timeout 150 python3 scripts/bench_sdpa.py --head-dims 256 --lengths 1024,2048,4096,8192 --dtype all \
+    >"$L/sdpa.txt" 2>"$L/sdpa.err"
+  echo "bench_sdpa.py: exit $?"
+  timeout 150 "$H/tools/kiln-bench" attention --head-dim 256 --seq 1024 --seq 2048 --seq 4096 --seq 8192 \
+    --dtype all --algo all --peer "$L/sdpa.txt" >"$L/bench-d256.txt" 2>&1
+  echo "kiln-bench attention --head-dim 256: exit $?"; grep -E '^attention' "$L/bench-d256.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  KILN_TEST_SANITIZER=1 timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$H/tests/test_gpu_attention" --filter head_dims_dtypes >"$L/racecheck-head-dims.log" 2>&1
+  echo "racecheck head_dims_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/racecheck-head-dims.log"))"
   ;;
 *) echo "device-next.sh: unknown mode $mode" >&2; exit 2 ;;
 esac

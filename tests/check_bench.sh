@@ -22,6 +22,7 @@ run() { # run NAME ARGS...: the tool's exit must be 0 or 1 (failed checks), not 
 run matmul matmul --shape 128x96x64 --dtype all --algo all --paired --reps 4
 run int8 int8 --shape 128x96x64 --algo all --paired --reps 4
 run attention attention --seq 2048 --head-dim 64 --dtype f16 --causal 1 --algo all --reps 2
+run attention256 attention --seq 1024 --head-dim 256 --dtype bf16 --causal 0 --algo all --reps 2
 grep -q "^peer: cuBLAS 13.0.0" "$tmp/matmul.txt" || fail "the fake cuBLAS was not loaded"
 rows=$(grep -c "paired: 4 rounds" "$tmp/matmul.txt")
 [ "$rows" -eq 8 ] || fail "matmul: $rows paired rows, expected 8 (2 dtypes x 4 algos)"
@@ -29,6 +30,8 @@ rows=$(grep -c "paired: 4 rounds" "$tmp/int8.txt")
 [ "$rows" -eq 2 ] || fail "int8: $rows paired rows, expected 2 (MMA_SYNC, WGMMA)"
 rows=$(grep -c "^attention" "$tmp/attention.txt")
 [ "$rows" -eq 6 ] || fail "attention: $rows rows, expected 6 (forward, forward + backward x 3 algos)"
+rows=$(grep -c "^attention" "$tmp/attention256.txt")
+[ "$rows" -eq 3 ] || fail "attention D = 256: $rows rows, expected 3 (MMA_SYNC forward and forward + backward, WGMMA forward)"
 "$bench" int4 --paired >"$tmp/refused.txt" 2>&1 && fail "int4 accepted --paired, which it does not implement"
 if command -v python3 >/dev/null; then
   python3 - "$tmp/matmul.json" "$tmp/int8.json" <<'PY' || fail "JSON"

@@ -401,7 +401,8 @@ static void decode_paths(kiln_context *ctx) {
  * SMEM encode rank-4 TMA maps of q, k, v (B = 1: its normalized stride 0 must become a valid
  * one) and launch a WGMMA kernel (SMEM and AUTO at this length the short-sequence one);
  * FLASH_MMA_SYNC launches the mma.sync one; FLASH_WGMMA and SMEM refuse K/V heads repeated with
- * stride 0 and D = 256, which FLASH sends to mma.sync. */
+ * stride 0, which FLASH sends to mma.sync; at D = 256 FLASH_WGMMA's forward runs (64-key blocks)
+ * and its backward and SMEM refuse, FLASH's backward taking the mma.sync kernels. */
 static void attention_paths(kiln_context *ctx) {
   const int allocations = fake("live_allocations");
   DLManagedTensorVersioned *buf[7]; /* q, k, v, o, then dq, dk, dv */
@@ -453,9 +454,25 @@ static void attention_paths(kiln_context *ctx) {
   assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL));
   shape[3] = kv_shape[3] = 256, kv_strides[1] = 25600, kv_strides[2] = 256;
   assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL));
-  o.algo = KILN_ATTENTION_FLASH_WGMMA;
-  assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
-                    "it takes head dims up to 128 (" FAKE_NAME, "is sm_90, D is 256)");
+  o.algo = KILN_ATTENTION_FLASH_WGMMA; /* D = 256: the forward's 64-key configuration (3 maps); no backward */
+  int maps = fake("tensor_maps");
+  assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL));
+  assert_int_equal(fake("tensor_maps") - maps, 3);
+  {
+    DLManagedTensorVersioned *l256 = empty(ctx, TEST_F32, 2, 100), *w256 = empty(ctx, TEST_F32, 2 * 100, 128);
+    DLTensor lse256 = {l256->dl_tensor.data, {kDLCUDA, 0}, 3, TEST_F32, lse_shape, NULL, 0};
+    size_t wbytes = 0;
+    assert_kiln_ok(kiln_attention_backward_workspace_size(ctx, &t[0], &t[1], &t[2], &t[3], &lse256, &t[3], &t[4],
+                                                          NULL, NULL, &o, &wbytes));
+    assert_kiln_fails(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse256, &t[3], &t[4], NULL, NULL,
+                                              w256->dl_tensor.data, wbytes, &o, NULL),
+                      KILN_ERROR_UNSUPPORTED, "kiln_attention_backward: algo FLASH_WGMMA cannot run this problem: its "
+                      "backward takes head dims up to 128 (" FAKE_NAME, "is sm_90, D is 256)");
+    o.algo = KILN_ATTENTION_FLASH; /* the mma.sync backward takes it */
+    assert_kiln_ok(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse256, &t[3], &t[4], NULL, NULL,
+                                           w256->dl_tensor.data, wbytes, &o, NULL));
+    kiln_tensor_free(l256), kiln_tensor_free(w256);
+  }
   o.algo = KILN_ATTENTION_SMEM;
   assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
                     "kiln_attention: algo SMEM cannot run this problem: it takes head dims up to 128");

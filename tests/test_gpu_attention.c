@@ -133,7 +133,7 @@ static const char *layout_name(int layout) {
 /* SPEC 5: f16 2e-3, bf16 1e-2, f32 inputs 2e-4. */
 static double fwd_tol(DLDataType in) { return in.bits == 32 ? 2e-4 : in.code == kDLBfloat ? 1e-2 : 2e-3; }
 
-static int g_wgmma; /* the device is sm_90: KILN_ATTENTION_FLASH_WGMMA runs (D <= 128) */
+static int g_wgmma; /* the device is sm_90: KILN_ATTENTION_FLASH_WGMMA runs (D <= 256 forward, 128 backward) */
 
 static const char *algo_name(kiln_attention_algo a) {
   return a == KILN_ATTENTION_FLASH_MMA_SYNC ? "FLASH_MMA_SYNC"
@@ -203,12 +203,12 @@ static int run_case_tile(const acase *c, kiln_attention_algo algo, int tile_m) {
 static int run_case_algo(const acase *c, kiln_attention_algo algo) { return run_case_tile(c, algo, 0); }
 
 /* Every case through each tensor-core kernel: the mma.sync one, and on sm_90 the WGMMA
- * configurations where they apply (D <= 128): FLASH_WGMMA's 128-row one, its wide 192-row one
- * (D <= 64) and SMEM's short-sequence one. AUTO's picks are checked by `deterministic`. */
+ * configurations where they apply: FLASH_WGMMA's 128-row one (any D), its wide 192-row one
+ * (D <= 64) and SMEM's short-sequence one (D <= 128). AUTO's picks are checked by `deterministic`. */
 static int run_case(const acase *c) {
   int failures = !run_case_algo(c, KILN_ATTENTION_FLASH_MMA_SYNC);
-  if (g_wgmma && c->D <= 128)
-    failures += !run_case_tile(c, KILN_ATTENTION_FLASH_WGMMA, 128) + !run_case_algo(c, KILN_ATTENTION_SMEM);
+  if (g_wgmma) failures += !run_case_tile(c, KILN_ATTENTION_FLASH_WGMMA, 128);
+  if (g_wgmma && c->D <= 128) failures += !run_case_algo(c, KILN_ATTENTION_SMEM);
   if (g_wgmma && c->D <= 64) failures += !run_case_tile(c, KILN_ATTENTION_FLASH_WGMMA, 192);
   return failures;
 }
@@ -367,11 +367,33 @@ static void refusals(void **state) {
     opts.algo = KILN_ATTENTION_FLASH; /* picks the mma.sync kernel for it */
     assert_kiln_ok(kiln_attention(g_ctx, &q2.t, &k2.t, &v2.t, &o2.t, NULL, &opts, g_stream));
     assert_kiln_ok(kiln_stream_synchronize(g_ctx, g_stream));
-    opts.algo = KILN_ATTENTION_FLASH_WGMMA;
+    opts.algo = KILN_ATTENTION_FLASH_WGMMA; /* D = 256: the forward runs, the backward does not */
     t4_init(&q256, 1, 1, 16, 256, TEST_F16, 0);
     t4_init(&o256, 1, 1, 16, 256, TEST_F16, 0);
+    t4 lse256, dq256;
+    t4_init(&lse256, 1, 1, 16, 1, TEST_F32, 0);
+    lse256.t.ndim = 3;
+    t4_init(&dq256, 1, 1, 16, 256, TEST_F32, 0);
+    t4_random(&q256);
+    assert_kiln_ok(kiln_attention(g_ctx, &q256.t, &q256.t, &q256.t, &o256.t, &lse256.t, &opts, g_stream));
+    size_t ws256 = 0;
+    assert_kiln_ok(kiln_attention_backward_workspace_size(g_ctx, &q256.t, &q256.t, &q256.t, &o256.t, &lse256.t,
+                                                          &o256.t, &dq256.t, NULL, NULL, &opts, &ws256));
+    DLManagedTensorVersioned *w256;
+    const int64_t wn256 = (int64_t)ws256;
+    assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &wn256, (DLDataType){kDLUInt, 8, 1}, &w256));
+    assert_kiln_fails(kiln_attention_backward(g_ctx, &q256.t, &q256.t, &q256.t, &o256.t, &lse256.t, &o256.t,
+                                              &dq256.t, NULL, NULL, w256->dl_tensor.data, ws256, &opts, g_stream),
+                      KILN_ERROR_UNSUPPORTED, "kiln_attention_backward: algo FLASH_WGMMA cannot run this problem",
+                      "its backward takes head dims up to 128", "D is 256");
+    assert_kiln_ok(kiln_stream_synchronize(g_ctx, g_stream));
+    kiln_tensor_free(w256);
+    t4_free(&lse256), t4_free(&dq256);
+    opts.algo = KILN_ATTENTION_SMEM;
     assert_kiln_fails(kiln_attention(g_ctx, &q256.t, &q256.t, &q256.t, &o256.t, NULL, &opts, g_stream),
-                      KILN_ERROR_UNSUPPORTED, "it takes head dims up to 128", "D is 256");
+                      KILN_ERROR_UNSUPPORTED, "algo SMEM cannot run this problem: it takes head dims up to 128",
+                      "D is 256");
+    opts.algo = KILN_ATTENTION_FLASH_WGMMA;
     t4 q128, o128; /* the wide configuration (tile_m 192) is for head dims <= 64 */
     t4_init(&q128, 1, 1, 16, 72, TEST_F16, 0);
     t4_init(&o128, 1, 1, 16, 72, TEST_F16, 0);
@@ -570,6 +592,8 @@ static int run_bwd_cases(const bcase *cs, int n) {
   for (int i = 0; i < n; i++) {
     failures += !run_bwd_case_algo(&cs[i], KILN_ATTENTION_FLASH_MMA_SYNC);
     if (g_wgmma && cs[i].a.D <= 128) failures += !run_bwd_case_algo(&cs[i], KILN_ATTENTION_FLASH_WGMMA);
+    /* D = 256 on sm_90: the WGMMA forward's O and LSE into the mma.sync backward */
+    if (g_wgmma && cs[i].a.D > 128) failures += !run_bwd_case_algo(&cs[i], KILN_ATTENTION_FLASH);
   }
   return failures;
 }

@@ -88,8 +88,8 @@ static kiln_status launch_simt(const kiln_context *ctx, const char *op, const ki
 }
 
 /* Head dims are padded to the kernels' DP: 64, 128 or 256. Each kernel family is listed as
- * D64, D128[, D256] per dtype (kernel_list.h; the WGMMA families stop at D128, which is all they
- * are chosen for), so its kernel is the dtype's first plus 0, 1 or 2. */
+ * D64, D128[, D256] per dtype (kernel_list.h; the WGMMA backward and short-sequence families stop
+ * at D128, which is all they are chosen for), so its kernel is the dtype's first plus 0, 1 or 2. */
 static int padded_dim(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
 static kiln_kernel_id family_kernel(kiln_kernel_id f16_d64, kiln_kernel_id bf16_d64, const kiln_attn_args *a) {
   const int dp = padded_dim(a->d);
@@ -97,14 +97,15 @@ static kiln_kernel_id family_kernel(kiln_kernel_id f16_d64, kiln_kernel_id bf16_
 }
 
 /* ---- the sm_90a forward (kernels/attention_sm90.cu) ---------------------------------------- */
-/* It takes head dims padded to 64 or 128 on an sm_90 device, through TMA maps of Q, K and V,
- * which need what check_tensor_cores asks (16-byte aligned data, strides multiples of 16 bytes) and a
- * non-zero stride over every dimension of size > 1 (a view that repeats rows with stride 0,
- * e.g. K expanded over heads, goes to the MMA_SYNC kernel). */
+/* It takes head dims padded to 64, 128 or 256 (its backward and the short-sequence forward 64 or
+ * 128: `over128` is then the reason for a larger D) on an sm_90 device, through TMA maps of Q, K
+ * and V, which need what check_tensor_cores asks (16-byte aligned data, strides multiples of 16
+ * bytes) and a non-zero stride over every dimension of size > 1 (a view that repeats rows with
+ * stride 0, e.g. K expanded over heads, goes to the MMA_SYNC kernel). */
 static bool strided(int64_t n, int64_t stride) { return n == 1 || stride != 0; }
-static const char *wgmma_misfit(const kiln_context *ctx, const kiln_attn_args *a) {
+static const char *wgmma_misfit(const kiln_context *ctx, const kiln_attn_args *a, const char *over128) {
   if (ctx->arch != 90) return "it needs an sm_90 GPU (Hopper: H100, H200)";
-  if (padded_dim(a->d) > 128) return "it takes head dims up to 128";
+  if (over128 && padded_dim(a->d) > 128) return over128;
   if (!strided(a->sq, a->q_ss) || !strided(a->hq, a->q_hs) || !strided(a->batch, a->q_bs) ||
       !strided(a->sk, a->k_ss) || !strided(a->hkv, a->k_hs) || !strided(a->batch, a->k_bs) ||
       !strided(a->sk, a->v_ss) || !strided(a->hkv, a->v_hs) || !strided(a->batch, a->v_bs))
@@ -168,7 +169,7 @@ typedef enum family { FAMILY_WGMMA, FAMILY_MMA_SYNC, FAMILY_SIMT } family;
  * 1-21 % slower beyond). */
 static bool short_wins(const kiln_attn_args *a) {
   if (padded_dim(a->d) == 64) return a->sk <= 512 || (a->causal && a->sk <= 1024);
-  return a->causal && a->sk <= 128;
+  return padded_dim(a->d) == 128 && a->causal && a->sk <= 128;
 }
 
 /* FLASH's choice between its two sm_90a configurations at D = 64 (AUTO's too, after short_wins):
@@ -215,7 +216,10 @@ static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_at
     *f = FAMILY_SIMT;
     return KILN_OK;
   }
-  const char *misfit = algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "" : wgmma_misfit(ctx, a);
+  const char *over128 = backward                     ? "its backward takes head dims up to 128"
+                        : algo == KILN_ATTENTION_SMEM ? "it takes head dims up to 128"
+                                                      : NULL;
+  const char *misfit = algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "" : wgmma_misfit(ctx, a, over128);
   if (wgmma && misfit)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
                      "%s: algo %s cannot run this problem: %s (%s is sm_%d, D is %d); use "
@@ -263,10 +267,10 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
                    (uint32_t)KILN_ATTN_SH_BN(dp), KILN_ATTN_SH_THREADS, (unsigned)KILN_ATTN_SH_SMEM_BYTES(dp)};
     else if (tile_m == 192 || (!tile_m && wide_wins(a)))
       c = (config){a->in_dtype == KILN_DT_BF16 ? KILN_K_ATTN_FWD_WD_bf16_D64 : KILN_K_ATTN_FWD_WD_f16_D64,
-                   KILN_ATTN_WD_BM, KILN_ATTN_WG_BN, KILN_ATTN_WD_THREADS, (unsigned)KILN_ATTN_WD_SMEM_BYTES};
+                   KILN_ATTN_WD_BM, KILN_ATTN_WG_BN(64), KILN_ATTN_WD_THREADS, (unsigned)KILN_ATTN_WD_SMEM_BYTES};
     else
       c = (config){family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a), KILN_ATTN_WG_BM,
-                   KILN_ATTN_WG_BN, KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp)};
+                   KILN_ATTN_WG_BN(dp), KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp)};
     return launch_wgmma(ctx, op, a, c.kernel, (unsigned)((a->sq + c.bm - 1) / c.bm), (unsigned)a->hq, c.threads, c.smem,
                         c.bm, c.bn, false, stream);
   }

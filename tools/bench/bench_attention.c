@@ -20,13 +20,14 @@ const char bench_attention_usage[] =
     "usage: kiln-bench attention [options]\n"
     "  O = softmax(Q·Kᵀ/sqrt(D))·V, Q, K, V, O [B, H, S, D] compact, random inputs: the forward, and\n"
     "  forward (with LSE) + backward (FLOPs 3.5x the forward's).\n"
-    "  Shapes: B·S = 16384, H·D = 2048, S in 512..16384 (--quick: 2048, 8192), D in 64, 128.\n"
+    "  Shapes: B·S = 16384, H·D = 2048, S in 512..16384 (--quick: 2048, 8192), D in 64, 128 (256 with --head-dim 256).\n"
     "  --dtype f16|bf16|f32|all  input and output dtype (default f16; all: f16 and bf16; f32 runs the\n"
     "                         CUDA-core kernels)\n"
     "  --causal 0|1|all       (default all)\n"
     "  --algo auto|mma_sync|wgmma|smem|all  kernel (default auto: what kiln picks; all: mma_sync, and wgmma\n"
     "                         and smem on sm_90; the backward runs the family's kernels whatever the algo)\n"
-    "  --head-dim 64|128|all  (default all)\n"
+    "  --head-dim 64|128|256|all  (default all: 64 and 128; 256 runs no SMEM rows, and FLASH_WGMMA's\n"
+    "                         forward only, its backward taking head dims up to 128)\n"
     "  --tile-m 128|192       with --algo wgmma: opts.tile_m, the sm_90a forward's query rows per block\n"
     "                         (192 only at D = 64; D = 128 rows keep the default), for A/B runs in one call\n"
     "  --seq S                a sequence length instead of the default list (repeatable, up to 8; B = 16384 / S\n"
@@ -37,7 +38,7 @@ typedef struct attn_opts {
   bench_dtype dtypes[2];
   int n_dtypes;
   int causal_lo, causal_hi;
-  int d_lo, d_hi; /* head dims [64, 128][d_lo..d_hi] */
+  int d_lo, d_hi; /* head dims [64, 128, 256][d_lo..d_hi] */
   int tile_m;     /* opts.tile_m for the FLASH_WGMMA rows (0: kiln's choice) */
   kiln_attention_algo algos[3];
   int n_algos; /* 0: all the device runs */
@@ -168,12 +169,14 @@ static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtyp
   const double flops = 4.0 * (double)B * (double)H * (double)S * (double)S * (double)D / (causal ? 2.0 : 1.0);
   const peer_time *pt = find_peer(peers, n_peers, S, D, causal, dt);
   for (int a = 0; a < n_algos && !rc; a++) {
+    if (D > 128 && algos[a] == KILN_ATTENTION_SMEM) continue; /* it takes head dims up to 128 */
     c.opts.algo = algos[a];
     c.opts.tile_m = algos[a] == KILN_ATTENTION_FLASH_WGMMA && (tile_m != 192 || D == 64) ? tile_m : 0;
     char tile_s[16] = "";
     if (c.opts.tile_m) snprintf(tile_s, sizeof tile_s, " m%d", c.opts.tile_m);
     snprintf(algo_s, sizeof algo_s, "%s%s%s", algo_label(algos[a]), causal ? " causal" : "", tile_s);
     if ((rc = time_row(env, attn_call_fn, &c, "attention", shape_s, dt, algo_s, flops, pt ? pt->us : NAN))) break;
+    if (D > 128 && algos[a] == KILN_ATTENTION_FLASH_WGMMA) continue; /* its backward takes head dims up to 128 */
     rc = time_row(env, attn_fwdbwd_fn, &c, "attention fwd+bwd", shape_s, dt, algo_s, 3.5 * flops,
                   pt ? pt->bwd_us : NAN);
   }
@@ -210,9 +213,10 @@ int bench_attention_main(int argc, char **argv) {
                    : !strcmp(v, "wgmma")  ? KILN_ATTENTION_FLASH_WGMMA
                    : !strcmp(v, "smem")   ? KILN_ATTENTION_SMEM
                                           : KILN_ATTENTION_AUTO;
-    } else if (!strcmp(a, "--head-dim") && v && (!strcmp(v, "64") || !strcmp(v, "128") || !strcmp(v, "all"))) {
-      o.d_lo = !strcmp(v, "128");
-      o.d_hi = strcmp(v, "64") ? 1 : 0;
+    } else if (!strcmp(a, "--head-dim") && v &&
+               (!strcmp(v, "64") || !strcmp(v, "128") || !strcmp(v, "256") || !strcmp(v, "all"))) {
+      o.d_lo = !strcmp(v, "128") ? 1 : !strcmp(v, "256") ? 2 : 0;
+      o.d_hi = !strcmp(v, "64") ? 0 : !strcmp(v, "256") ? 2 : 1;
     } else if (!strcmp(a, "--tile-m") && v && (!strcmp(v, "128") || !strcmp(v, "192"))) {
       o.tile_m = atoi(v);
     } else if (!strcmp(a, "--seq") && v && o.n_seq < 8 && atoll(v) >= 1 && atoll(v) <= (1 << 20)) {
@@ -246,7 +250,7 @@ int bench_attention_main(int argc, char **argv) {
     for (int ci = o.causal_lo; ci <= o.causal_hi && !dead; ci++)
       for (int t = 0; t < o.n_dtypes && !dead; t++)
         for (int si = 0; si < n_s && !dead; si++)
-          dead = run_case(&env, ss[si], di ? 128 : 64, ci, o.dtypes[t], peers, n_peers, algos, n_algos, o.tile_m) < 0;
+          dead = run_case(&env, ss[si], 64 << di, ci, o.dtypes[t], peers, n_peers, algos, n_algos, o.tile_m) < 0;
   if (dead) fprintf(stderr, "kiln-bench attention: stopping: the device reported an error (see above)\n");
   return bench_env_close(&env);
 }
