@@ -266,3 +266,13 @@ kiln_status kiln_launch_dependent(const kiln_context *ctx, kiln_kernel_id id, un
                               .numAttrs = 1};
   return launch_result(ctx, ctx->cu->cuLaunchKernelEx(&cfg, ctx->fn[id], args, NULL), who, "cuLaunchKernelEx");
 }
+
+kiln_status kiln_launch_cluster(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned gy, unsigned gz,
+                                unsigned cluster_x, unsigned block, unsigned smem_bytes, CUstream stream, void **args,
+                                const char *who) {
+  kiln_launch_attr attr = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, .value.cluster = {cluster_x, 1, 1}};
+  const CUlaunchConfig cfg = {.gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = block, .blockDimY = 1,
+                              .blockDimZ = 1, .sharedMemBytes = smem_bytes, .hStream = stream, .attrs = &attr,
+                              .numAttrs = 1};
+  return launch_result(ctx, ctx->cu->cuLaunchKernelEx(&cfg, ctx->fn[id], args, NULL), who, "cuLaunchKernelEx");
+}

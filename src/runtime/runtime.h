@@ -75,6 +75,12 @@ kiln_status kiln_launch(const kiln_context *ctx, kiln_kernel_id id, unsigned gx,
 kiln_status kiln_launch_dependent(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned block,
                                   unsigned smem_bytes, CUstream stream, void **args, const char *who);
 
+/* The same as kiln_launch in clusters of cluster_x x 1 x 1 blocks (sm_90+; gx a multiple of
+ * cluster_x), a size chosen at launch rather than compiled into the kernel. */
+kiln_status kiln_launch_cluster(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned gy, unsigned gz,
+                                unsigned cluster_x, unsigned block, unsigned smem_bytes, CUstream stream, void **args,
+                                const char *who);
+
 /* The embedded fatbins, one per kernels/NAME.cu file, in the assembler file and table that CMake
  * generates (build/kernel_images.S, build/kernel_images.c); none when built without nvcc. */
 typedef struct kiln_image {
