@@ -90,6 +90,12 @@ KILN_DEVICE void softmax_step(float (&s)[NT][4], float (&m)[2], float (&l)[2], f
   for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + rsum[r];
 }
 
+/* The visibility rule softmax_step's MASK applies, for kernels whose lane rows are not row0 and
+ * row0 + 8 (the decode kernel's packed tiles mask first, then take softmax_step<false>). */
+KILN_DEVICE bool key_visible(int key, int row, int sk, int causal, int shift) {
+  return key < sk && (!causal || key <= row + shift);
+}
+
 /* O·corr for the output accumulator's OT fragments (rows lane/4 and lane/4 + 8). */
 template <int OT>
 KILN_DEVICE void rescale(float (&o)[OT][4], const float (&corr)[2]) {

@@ -112,7 +112,8 @@ static size_t memory_limit(void) { return is_mode("oom") ? FAKE_OOM_MEMORY : FAK
 
 /* Everything below is guarded by one lock (kiln may call from several threads). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int initialized, primary_retains, library_loads, live_libraries, live_streams, live_events, tensor_maps;
+static int initialized, primary_retains, library_loads, live_libraries, live_streams, live_events, tensor_maps,
+    clustered_launches;
 static int retains[FAKE_MAX_DEVICES], launches[FAKE_MAX_DEVICES]; /* per device */
 
 /* Device allocations: a list of (pointer, size). */
@@ -621,8 +622,9 @@ static CUresult fake_launch(void *fn, unsigned gx, unsigned gy, unsigned gz, uns
                             unsigned smem, void *stream, void **params, void **extra) {
   LOCKED(launch(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra));
 }
-/* cuLaunchKernelEx's configuration and its attributes (kiln sends at most programmatic stream
- * serialization, id 6, value 0 or 1) */
+/* cuLaunchKernelEx's configuration and its attributes (kiln sends programmatic stream
+ * serialization, id 6, value 0 or 1, or a cluster's dimensions, id 4: x of 1..8 that divides the
+ * grid's x, y = z = 1, as the portable cluster size of a real sm_90 allows) */
 typedef struct {
   unsigned gx, gy, gz, bx, by, bz, smem;
   void *stream;
@@ -635,8 +637,15 @@ typedef struct {
 } launch_config;
 static CUresult launch_ex(const launch_config *c, void *fn, void **params, void **extra) {
   if (!c || (c->n_attrs && !c->attrs)) return E_INVALID_VALUE;
-  for (unsigned i = 0; i < c->n_attrs; i++)
-    if (c->attrs[i].id != 6 || (c->attrs[i].value[0] != 0 && c->attrs[i].value[0] != 1)) return E_INVALID_VALUE;
+  for (unsigned i = 0; i < c->n_attrs; i++) {
+    const int *v = c->attrs[i].value;
+    if (c->attrs[i].id == 4) {
+      if (compute_capability() < 90) return E_INVALID_VALUE; /* clusters are sm_90's */
+      if (v[0] < 1 || v[0] > 8 || v[1] != 1 || v[2] != 1 || c->gx % (unsigned)v[0]) return E_INVALID_VALUE;
+      clustered_launches++;
+    } else if (c->attrs[i].id != 6 || (v[0] != 0 && v[0] != 1))
+      return E_INVALID_VALUE;
+  }
   return launch(fn, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->smem, c->stream, params, extra);
 }
 static CUresult fake_launch_ex(const launch_config *c, void *fn, void **params, void **extra) {
@@ -939,6 +948,8 @@ EXPORT int fake_cuda_live_streams(void) { return read_counter(&live_streams); }
 EXPORT int fake_cuda_live_events(void) { return read_counter(&live_events); }
 /* TMA descriptors encoded (which tells a test the path a call took). */
 EXPORT int fake_cuda_tensor_maps(void) { return read_counter(&tensor_maps); }
+/* Launches in clusters whose size kiln chose (cuLaunchKernelEx's cluster attribute). */
+EXPORT int fake_cuda_clustered_launches(void) { return read_counter(&clustered_launches); }
 /* Kernel launches on device 0 and on device 1. */
 EXPORT int fake_cuda_launches_0(void) { return read_counter(&launches[0]); }
 EXPORT int fake_cuda_launches_1(void) { return read_counter(&launches[1]); }
