@@ -15,8 +15,8 @@
  *     distributed shared memory: deterministic, no workspace, no atomics, no second launch.
  *
  * One block = 4 warps and one tile of DEC_ROWS = 16 packed rows (one m16 row tile, which all four
- * warps share), its share of the key blocks of BC = 64 keys double-buffered by cp.async
- * (attention.cuh's KvBlocks). Warp w takes keys 16w .. 16w + 15 of each block: S = Q·Kᵀ (16 x 16,
+ * warps share), its share of the key blocks of BC = 64 keys in a cp.async ring of DEC_STAGES
+ * slots (attention.cuh's KvBlocks), STAGES - 1 blocks in flight while one is computed. Warp w takes keys 16w .. 16w + 15 of each block: S = Q·Kᵀ (16 x 16,
  * mma.sync over D), attention.cuh's online softmax, O += P·V with P from registers (one k16
  * step). Each warp keeps its own (m, l, O) over its keys. At the end every warp's state goes to
  * shared memory, the cluster synchronizes, and block r of the cluster combines rows r, r + CS, ...
@@ -46,6 +46,8 @@ __device__ __forceinline__ void forward_decode(const kiln_attn_args &p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
   constexpr int ROWS = KILN_ATTN_DEC_ROWS, BC = KILN_ATTN_DEC_BC, WARPS = KILN_ATTN_DEC_THREADS / 32;
+  constexpr int STAGES = KILN_ATTN_DEC_STAGES;
+  static_assert(STAGES >= 2, "a ring of at least two slots");
   constexpr int WK = BC / WARPS, NT = WK / 8, OT = DP / 8, PITCH = DP + KILN_GEMM_PAD;
   constexpr int STATES = WARPS * KILN_ATTN_DEC_MAX_CLUSTER; /* partial states of a row, at most */
   static_assert(ROWS == 16 && WK == 16, "one m16 row tile; a warp's keys are one k16 step of P·V");
@@ -53,7 +55,7 @@ __device__ __forceinline__ void forward_decode(const kiln_attn_args &p) {
   static_assert((WARPS * ROWS * DP + 2 * WARPS * ROWS + 3 * ROWS * STATES) * 4 <= KILN_ATTN_DEC_SMEM_BYTES(DP),
                 "the partial states and the combine's weights fit in the key loop's shared memory");
   extern __shared__ __align__(128) uint16_t smem[];
-  uint16_t *sq = smem, *sk = sq + ROWS * PITCH, *sv = sk + 2 * BC * PITCH; /* K, V: two buffers each */
+  uint16_t *sq = smem, *sk = sq + ROWS * PITCH, *sv = sk + STAGES * BC * PITCH; /* K, V: STAGES slots each */
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int cs = (int)cluster_nctarank(), rank = (int)cluster_ctarank();
@@ -78,9 +80,14 @@ __device__ __forceinline__ void forward_decode(const kiln_attn_args &p) {
   }
   const uint16_t *K = (const uint16_t *)p.k + b * p.k_bs + hk * p.k_hs;
   const uint16_t *V = (const uint16_t *)p.v + b * p.v_bs + hk * p.v_hs;
-  KvBlocks<BC, DP> kv(p);
-  if (blk0 < blk1) kv.load(p, K, V, blk0, sk, sv, tid);
-  cp_async_commit();
+  /* the ring's prologue: blocks blk0 .. blk0 + STAGES - 2, one commit group each (Q in the first;
+   * groups past blk1 are empty, so that every iteration waits for the same count) */
+  KvBlocks<BC, DP, STAGES> kv(p);
+#pragma unroll
+  for (int i = 0; i < STAGES - 1; i++) {
+    if (blk0 + i < blk1) kv.load(p, K, V, blk0 + i, sk, sv, tid);
+    cp_async_commit();
+  }
 
   float o[OT][4];
 #pragma unroll
@@ -95,11 +102,12 @@ __device__ __forceinline__ void forward_decode(const kiln_attn_args &p) {
   }
 
   for (int blk = blk0; blk < blk1; blk++) {
-    if (blk + 1 < blk1) kv.load(p, K, V, blk + 1, sk, sv, tid);
+    /* into the slot block blk - 1 left (every warp is past it: the barrier ending that step) */
+    if (blk + STAGES - 1 < blk1) kv.load(p, K, V, blk + STAGES - 1, sk, sv, tid);
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<STAGES - 1>();
     __syncthreads(); /* Q and block blk have landed for every thread */
-    const uint16_t *skb = sk + (blk % 2) * BC * PITCH, *svb = sv + (blk % 2) * BC * PITCH;
+    const uint16_t *skb = sk + (blk % STAGES) * BC * PITCH, *svb = sv + (blk % STAGES) * BC * PITCH;
 
     /* S = Q·Kᵀ for this warp's 16 keys over the padded D */
     float s[NT][4];
@@ -140,7 +148,7 @@ __device__ __forceinline__ void forward_decode(const kiln_attn_args &p) {
       mma_16816<BF16>(o[j], a, b0);
       mma_16816<BF16>(o[j + 1], a, b1);
     }
-    __syncthreads(); /* every warp is done with buffer blk % 2 before it is refilled */
+    __syncthreads(); /* every warp is done with slot blk % STAGES before it is refilled */
   }
   cp_async_wait<0>();
   __syncthreads(); /* the key loop's shared memory is free for the partial states */
