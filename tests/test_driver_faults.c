@@ -675,6 +675,24 @@ static void attention_decode_paths(kiln_context *ctx) {
                                            &opts, NULL));
     assert_int_equal(fake("clustered_launches") - clustered, cases[c].decode); /* the backward is unclustered */
   }
+  /* a device whose GPCs hold clusters of at most 2 (FAKE_CUDA_MAX_CLUSTER, read by the occupancy
+   * query at context creation): B = 1 with 8 K/V heads wants clusters of 8 to fill 132 SMs and
+   * gets 2 (the fake refuses a launch in larger ones) */
+  setenv("FAKE_CUDA_MAX_CLUSTER", "2", 1);
+  kiln_context *small = NULL;
+  assert_kiln_ok(kiln_context_create(kDLCUDA, 0, &small));
+  DLManagedTensorVersioned *sbuf[4];
+  for (int i = 0; i < 4; i++) sbuf[i] = empty(small, TEST_F16, 8 * 700, 128);
+  int64_t qs[4] = {1, 32, 1, 128}, ks[4] = {1, 8, 700, 128};
+  DLTensor q = {sbuf[0]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, qs, NULL, 0}, o = q, k = q, v = q;
+  k.data = sbuf[1]->dl_tensor.data, v.data = sbuf[2]->dl_tensor.data, o.data = sbuf[3]->dl_tensor.data;
+  k.shape = v.shape = ks;
+  const int clustered = fake("clustered_launches");
+  assert_kiln_ok(kiln_attention(small, &q, &k, &v, &o, NULL, NULL, NULL));
+  assert_int_equal(fake("clustered_launches"), clustered + 1);
+  for (int i = 0; i < 4; i++) kiln_tensor_free(sbuf[i]);
+  kiln_context_destroy(small);
+  unsetenv("FAKE_CUDA_MAX_CLUSTER");
   kiln_tensor_free(lse_buf), kiln_tensor_free(ws);
   for (int i = 0; i < 5; i++) kiln_tensor_free(buf[i]);
   assert_int_equal(fake("live_allocations"), allocations);
@@ -812,7 +830,7 @@ static void healthy(void) {
   /* ... and the context is unharmed */
   assert_context_usable(ctx, NULL);
   /* Two contexts on one device share the primary context, each with its own retain. */
-  const int images = fake("library_loads");
+  const int images = fake("live_libraries"); /* one context's images */
   kiln_context *second = NULL;
   assert_kiln_ok(kiln_context_create(kDLCUDA, 0, &second));
   assert_int_equal(fake("primary_retains"), 2);

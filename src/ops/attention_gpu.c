@@ -186,12 +186,13 @@ static bool decode_wins(const kiln_context *ctx, const kiln_attn_args *a) {
   return !decode_misfit(ctx, a) && decode_packed(a) <= KILN_ATTN_DEC_MAX_ROWS;
 }
 /* Blocks per cluster: enough to fill two blocks per SM (the kernel's loads need that many in
- * flight), at most the portable cluster size and the key blocks of a tile. */
+ * flight), at most what the device fits (ctx->dec_max_cluster, from the occupancy query at
+ * context creation) and the key blocks of a tile. */
 static unsigned decode_cluster(const kiln_context *ctx, const kiln_attn_args *a) {
   const int64_t blocks = decode_tiles(a) * a->hkv * a->batch, want = 2 * (int64_t)ctx->info.sm_count;
   const int64_t key_blocks = (a->sk + KILN_ATTN_DEC_BC - 1) / KILN_ATTN_DEC_BC;
   int64_t cs = (want + blocks - 1) / blocks;
-  if (cs > KILN_ATTN_DEC_MAX_CLUSTER) cs = KILN_ATTN_DEC_MAX_CLUSTER;
+  if (cs > ctx->dec_max_cluster) cs = ctx->dec_max_cluster;
   if (cs > key_blocks) cs = key_blocks;
   return cs < 1 ? 1 : (unsigned)cs;
 }

@@ -54,6 +54,7 @@ struct kiln_context {
   CUlibrary libraries[KILN_MAX_IMAGES];
   CUfunction fn[KILN_KERNEL_COUNT > 0 ? KILN_KERNEL_COUNT : 1];
   int wg_pair_clusters; /* 2-CTA clusters of the WGMMA pair kernels resident at once; 0: none */
+  int dec_max_cluster;  /* blocks per cluster the decode attention kernels may take; 1: no split */
 };
 
 /* Makes ctx's primary context current on this thread for the duration of a call; leave() restores

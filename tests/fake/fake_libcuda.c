@@ -623,8 +623,9 @@ static CUresult fake_launch(void *fn, unsigned gx, unsigned gy, unsigned gz, uns
   LOCKED(launch(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra));
 }
 /* cuLaunchKernelEx's configuration and its attributes (kiln sends programmatic stream
- * serialization, id 6, value 0 or 1, or a cluster's dimensions, id 4: x of 1..8 that divides the
- * grid's x, y = z = 1, as the portable cluster size of a real sm_90 allows) */
+ * serialization, id 6, value 0 or 1, or a cluster's dimensions, id 4: x of 1..8 (the portable
+ * cluster size of a real sm_90; FAKE_CUDA_MAX_CLUSTER lowers it) that divides the grid's x,
+ * y = z = 1) */
 typedef struct {
   unsigned gx, gy, gz, bx, by, bz, smem;
   void *stream;
@@ -641,7 +642,8 @@ static CUresult launch_ex(const launch_config *c, void *fn, void **params, void 
     const int *v = c->attrs[i].value;
     if (c->attrs[i].id == 4) {
       if (compute_capability() < 90) return E_INVALID_VALUE; /* clusters are sm_90's */
-      if (v[0] < 1 || v[0] > 8 || v[1] != 1 || v[2] != 1 || c->gx % (unsigned)v[0]) return E_INVALID_VALUE;
+      if (v[0] < 1 || v[0] > env_int("FAKE_CUDA_MAX_CLUSTER", 8) || v[1] != 1 || v[2] != 1 || c->gx % (unsigned)v[0])
+        return E_INVALID_VALUE;
       clustered_launches++;
     } else if (c->attrs[i].id != 6 || (v[0] != 0 && v[0] != 1))
       return E_INVALID_VALUE;
@@ -785,15 +787,20 @@ static CUresult event_elapsed(float *ms, void *start, void *end) {
 static CUresult fake_event_elapsed(float *ms, void *start, void *end) { LOCKED(event_elapsed(ms, start, end)); }
 static CUresult fake_event_destroy(void *event) { LOCKED(handle_release(events, &live_events, event)); }
 
-static CUresult occupancy_clusters(int *clusters, void *fn, const void *config) {
+static CUresult occupancy_clusters(int *clusters, void *fn, const launch_config *config) {
   CUresult r = need_context();
   if (r != OK) return r;
   if (handle_find(libraries, (uintptr_t)fn) < 0) return E_INVALID_HANDLE;
-  if (!clusters || !config) return E_INVALID_VALUE;
-  *clusters = 66;
+  if (!clusters || !config || (config->n_attrs && !config->attrs)) return E_INVALID_VALUE;
+  int size = 2; /* the pair kernels carry theirs */
+  for (unsigned i = 0; i < config->n_attrs; i++)
+    if (config->attrs[i].id == 4) size = config->attrs[i].value[0];
+  if (size < 1 || size > 8) return E_INVALID_VALUE; /* beyond 8 the kernel must allow non-portable sizes */
+  /* FAKE_CUDA_MAX_CLUSTER: the largest cluster a GPC of the fake device holds (default 8) */
+  *clusters = size > env_int("FAKE_CUDA_MAX_CLUSTER", 8) ? 0 : sm_count() / size;
   return OK;
 }
-static CUresult fake_occupancy_clusters(int *clusters, void *fn, const void *config) {
+static CUresult fake_occupancy_clusters(int *clusters, void *fn, const launch_config *config) {
   LOCKED(occupancy_clusters(clusters, fn, config));
 }
 /* Bytes of an element of CUtensorMapDataType `dtype` (UINT8 .. TFLOAT32_FTZ), 0 for anything else. */
