@@ -641,7 +641,6 @@ static CUresult launch_ex(const launch_config *c, void *fn, void **params, void 
   for (unsigned i = 0; i < c->n_attrs; i++) {
     const int *v = c->attrs[i].value;
     if (c->attrs[i].id == 4) {
-      if (compute_capability() < 90) return E_INVALID_VALUE; /* clusters are sm_90's */
       if (v[0] < 1 || v[0] > env_int("FAKE_CUDA_MAX_CLUSTER", 8) || v[1] != 1 || v[2] != 1 || c->gx % (unsigned)v[0])
         return E_INVALID_VALUE;
       clustered_launches++;
