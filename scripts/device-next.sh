@@ -29,9 +29,9 @@
 #   verify HEAD      every GPU test program of HEAD's build (the soak excepted), then memcheck of
 #                    test_gpu_matmul's backward tests and test_gpu_int4's fused PREFILL tests
 #   decode HEAD      (branch wip/attention-decode, build-dec: an sm_90a build of it) the split-KV
-#                    decode attention forward: its tests (test_gpu_attention), memcheck, racecheck
-#                    and synccheck of them, the Python attention tests, scripts/bench_decode.py
-#                    against SDPA (about 6 minutes). Before the call, on the branch:
+#                    decode attention forward: its tests (test_gpu_attention), memcheck,
+#                    scripts/bench_decode.py against SDPA, the Python attention tests, racecheck
+#                    and synccheck (up to 10 minutes). Before the call, on the branch:
 #                    scripts/slim-build.sh build-dec build-ladder/slim/dec &&
 #                      (cd build-ladder && tar czf carry-dec.tgz slim/dec)
 #                    then: tar xzf build-ladder/carry-dec.tgz -C /tmp && bash scripts/device-next.sh decode /tmp/slim/dec
@@ -143,32 +143,34 @@ p18)
   ;;
 decode)
   # (branch wip/attention-decode until this has passed once) the split-KV decode forward
-  # (kernels/attention_decode_sm90.cu, algo FLASH_DECODE): its SASS and registers, every attention
-  # test (run_case sends every tensor-core case through it too), memcheck, racecheck and synccheck
-  # of its own test (clusters, distributed shared memory), the Python attention tests, then
-  # scripts/bench_decode.py against SDPA in the same process
+  # (kernels/attention_decode_sm90.cu, algo FLASH_DECODE), most important first (the call's
+  # 600 s may cut the tail; each step's logs are packed as it ends): its SASS resources, every
+  # attention test (run_case sends every tensor-core case through it too), memcheck of its
+  # test, scripts/bench_decode.py against SDPA in the same process, the Python attention tests,
+  # racecheck and synccheck of its test (clusters, distributed shared memory)
   H=$2
   timeout 60 cuobjdump -res-usage "$H"/kernels/attention_decode_sm90*.fatbin >"$L/res-usage.txt" 2>&1
   grep -A1 -E 'Function kiln_attn_fwd_decode' "$L/res-usage.txt" | grep -oE '(Function [a-z0-9_]+|REG:[0-9]+|SHARED:[0-9]+)' |
     paste -sd' ' | sed 's/Function /\n/g'
   echo
-  timeout 240 "$H/tests/test_gpu_attention" >"$L/test_gpu_attention.log" 2>&1
+  timeout 200 "$H/tests/test_gpu_attention" >"$L/test_gpu_attention.log" 2>&1
   echo "test_gpu_attention: exit $?: $(grep -E 'PASSED|FAILED|SKIP' "$L/test_gpu_attention.log" | tr '\n' ' ')"
   grep -E '^FAILED|FAILED ' "$L/test_gpu_attention.log" | head -20
   memcheck "$H/tests/test_gpu_attention" "decode" "$L/memcheck-decode.log"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" PYTHONPATH=python timeout 150 python3 scripts/bench_decode.py \
+    --dtype all >"$L/bench-decode.txt" 2>&1
+  echo "bench_decode.py: exit $?"; cat "$L/bench-decode.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 120 python3 -m pytest -q -rs -p no:cacheprovider \
+    python/tests/test_attention.py python/tests/test_gpu.py -k "attention or opcheck or graph" >"$L/pytest.log" 2>&1
+  echo "python attention tests: exit $?: $(tail -1 "$L/pytest.log")"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   for tool in racecheck synccheck; do
-    KILN_TEST_SANITIZER=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$H/tests/test_gpu_attention" \
+    KILN_TEST_SANITIZER=1 timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$H/tests/test_gpu_attention" \
       --filter decode >"$L/$tool-decode.log" 2>&1
     echo "$tool test_gpu_attention --filter decode: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-decode.log"))"
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
-  PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 150 python3 -m pytest -q -rs -p no:cacheprovider \
-    python/tests/test_attention.py python/tests/test_gpu.py >"$L/pytest.log" 2>&1
-  echo "python attention + GPU tests: exit $?: $(tail -1 "$L/pytest.log")"
-  PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" PYTHONPATH=python timeout 200 python3 scripts/bench_decode.py \
-    --dtype all >"$L/bench-decode.txt" 2>&1
-  echo "bench_decode.py: exit $?"; cat "$L/bench-decode.txt"
   ;;
 *) echo "device-next.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
