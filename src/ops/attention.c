@@ -7,9 +7,10 @@
  *   - ctx non-NULL; opts NULL means kiln_attention_opts_default(). The same opts are checked by
  *     the forward, the backward and the size query:
  *       algo          KILN_ATTENTION_AUTO, _SMEM, _FLASH, _FLASH_MMA_SYNC, _FLASH_WGMMA or
- *                     _FLASH_DECODE (else INVALID_ARGUMENT); all but AUTO are GPU algorithms: on the CPU context
- *                     they are UNSUPPORTED (as kiln_matmul's explicit algos), AUTO runs the CPU
- *                     path; what a GPU kernel needs beyond this is attention_gpu.c's to check;
+ *                     _FLASH_DECODE (else INVALID_ARGUMENT); all but AUTO are GPU algorithms:
+ *                     on the CPU context they are UNSUPPORTED (as kiln_matmul's explicit
+ *                     algos), AUTO runs the CPU path; what a GPU kernel needs beyond this is
+ *                     attention_gpu.c's to check;
  *       scale         0 (or -0) means 1/sqrt(D), computed as (float)(1 / sqrt((double)D));
  *                     otherwise a finite value > 0. NaN, ±inf and negative values are rejected
  *                     (a negative scale is almost surely a sign error; negate Q instead);

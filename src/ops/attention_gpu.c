@@ -245,7 +245,7 @@ static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_at
   if (st) return st;
   const bool decode = algo == KILN_ATTENTION_FLASH_DECODE;
   const bool wgmma = algo == KILN_ATTENTION_FLASH_WGMMA || algo == KILN_ATTENTION_SMEM;
-  const bool named = algo == KILN_ATTENTION_FLASH_MMA_SYNC || wgmma || decode;
+  bool named = algo == KILN_ATTENTION_FLASH_MMA_SYNC || wgmma || decode;
   const char *name = algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "FLASH_MMA_SYNC"
                      : algo == KILN_ATTENTION_SMEM         ? "SMEM"
                      : decode                              ? "FLASH_DECODE"
@@ -266,7 +266,7 @@ static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_at
       *f = FAMILY_DECODE;
       return KILN_OK;
     }
-    algo = KILN_ATTENTION_FLASH; /* the backward of FLASH_DECODE is FLASH's */
+    algo = KILN_ATTENTION_FLASH, named = false; /* the backward of FLASH_DECODE is FLASH's */
   } else if (!backward && (algo == KILN_ATTENTION_AUTO || algo == KILN_ATTENTION_FLASH) && decode_wins(ctx, a)) {
     *f = FAMILY_DECODE;
     return KILN_OK;
