@@ -634,22 +634,26 @@ static void qkv_prefill_copies(kiln_context *ctx) {
 
 /* The split-KV decode forward on the fake sm_90 (132 SMs): one launch in clusters whose size
  * fills two blocks per SM, without TMA maps. AUTO and FLASH take it where a K/V head's query
- * heads x Sq fit one 16-row tile (here 4 x 1 and 8 x 2), else the other kernels; FLASH_DECODE
- * takes any shape (D = 256, K/V heads repeated with stride 0, 4 x 100 rows); its backward is
- * FLASH's (no cluster). Cluster sizes are checked by the fake: 1..8, dividing the grid. */
+ * heads x Sq fit one 16-row tile (here 4 x 1 and 8 x 2) with at least 1024 keys, for GQA, or
+ * for MHA whose B·Hq blocks leave SMs idle; else the other kernels (fewer keys, 24 rows, MHA on
+ * 132 heads); FLASH_DECODE takes any shape (D = 256, K/V heads repeated with stride 0, 4 x 100
+ * rows); its backward is FLASH's (no cluster). Cluster sizes are checked by the fake: 1..8,
+ * dividing the grid. */
 static void attention_decode_paths(kiln_context *ctx) {
   const int allocations = fake("live_allocations");
   DLManagedTensorVersioned *buf[5]; /* q, k, v, o, dq */
-  for (int i = 0; i < 5; i++) buf[i] = empty(ctx, TEST_F16, 8 * 100, 256);
+  for (int i = 0; i < 5; i++) buf[i] = empty(ctx, TEST_F16, 1100, 1024);
   DLManagedTensorVersioned *lse_buf = empty(ctx, TEST_F32, 8, 100), *ws = empty(ctx, TEST_F32, 8 * 100, 128);
   struct {
     int64_t hq, hkv, sq, sk, d, kv_head_stride; /* kv_head_stride 0: one K/V head seen as hkv */
     kiln_attention_algo algo;
     int decode; /* 1: the decode kernel runs */
   } cases[] = {
-      {8, 2, 1, 700, 128, -1, KILN_ATTENTION_AUTO, 1},   {8, 1, 2, 300, 64, -1, KILN_ATTENTION_FLASH, 1},
-      {8, 1, 3, 300, 64, -1, KILN_ATTENTION_AUTO, 0},    {4, 1, 100, 90, 128, -1, KILN_ATTENTION_FLASH_DECODE, 1},
-      {2, 2, 1, 50, 256, -1, KILN_ATTENTION_FLASH_DECODE, 1}, {4, 4, 1, 64, 256, -1, KILN_ATTENTION_AUTO, 1},
+      {8, 2, 1, 700, 128, -1, KILN_ATTENTION_AUTO, 0},   {8, 2, 1, 1500, 64, -1, KILN_ATTENTION_AUTO, 1},
+      {8, 1, 2, 1300, 64, -1, KILN_ATTENTION_FLASH, 1},  {8, 1, 3, 1300, 64, -1, KILN_ATTENTION_AUTO, 0},
+      {4, 1, 100, 90, 128, -1, KILN_ATTENTION_FLASH_DECODE, 1}, {2, 2, 1, 50, 256, -1, KILN_ATTENTION_FLASH_DECODE, 1},
+      {4, 4, 1, 64, 256, -1, KILN_ATTENTION_AUTO, 0},    {2, 2, 1, 1100, 64, -1, KILN_ATTENTION_AUTO, 1},
+      {132, 132, 1, 1024, 8, -1, KILN_ATTENTION_AUTO, 0}, {131, 131, 1, 1024, 8, -1, KILN_ATTENTION_AUTO, 1},
       {4, 2, 4, 99, 64, 0, KILN_ATTENTION_FLASH_DECODE, 1},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -676,14 +680,14 @@ static void attention_decode_paths(kiln_context *ctx) {
     assert_int_equal(fake("clustered_launches") - clustered, cases[c].decode); /* the backward is unclustered */
   }
   /* a device whose GPCs hold clusters of at most 2 (FAKE_CUDA_MAX_CLUSTER, read by the occupancy
-   * query at context creation): B = 1 with 8 K/V heads wants clusters of 8 to fill 132 SMs and
+   * query at context creation): B = 1 with 8 K/V heads (1100 keys) wants clusters of 8 to fill 132 SMs and
    * gets 2 (the fake refuses a launch in larger ones) */
   setenv("FAKE_CUDA_MAX_CLUSTER", "2", 1);
   kiln_context *small = NULL;
   assert_kiln_ok(kiln_context_create(kDLCUDA, 0, &small));
   DLManagedTensorVersioned *sbuf[4];
-  for (int i = 0; i < 4; i++) sbuf[i] = empty(small, TEST_F16, 8 * 700, 128);
-  int64_t qs[4] = {1, 32, 1, 128}, ks[4] = {1, 8, 700, 128};
+  for (int i = 0; i < 4; i++) sbuf[i] = empty(small, TEST_F16, 8 * 1100, 128);
+  int64_t qs[4] = {1, 32, 1, 128}, ks[4] = {1, 8, 1100, 128};
   DLTensor q = {sbuf[0]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, qs, NULL, 0}, o = q, k = q, v = q;
   k.data = sbuf[1]->dl_tensor.data, v.data = sbuf[2]->dl_tensor.data, o.data = sbuf[3]->dl_tensor.data;
   k.shape = v.shape = ks;

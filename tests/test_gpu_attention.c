@@ -339,8 +339,8 @@ static void deterministic(void **state) {
  * second tile that starts inside a head), a long cache whose key blocks split unevenly over a
  * cluster of 8, causal Sq = 3 against Sk = 2 (a row of each head sees no key), Sk = 1, head dims
  * that pad (80) and 256, [B, S, H, D] views. Then AUTO, which takes this kernel where a K/V
- * head's packed rows fit one tile, gives its bits, and the backward with algo FLASH_DECODE is
- * FLASH's. Without sm_90 the algo is refused (refusals). */
+ * head's packed rows fit one tile against at least 1024 keys (GQA here), gives its bits, and the
+ * backward with algo FLASH_DECODE is FLASH's. Without sm_90 the algo is refused (refusals). */
 static void decode(void **state) {
   (void)state;
   if (!g_wgmma) skip();
@@ -365,8 +365,8 @@ static void decode(void **state) {
   /* AUTO's bits are FLASH_DECODE's at Hq / Hkv x Sq = 8 rows; FLASH_DECODE's backward is FLASH's */
   t4 q, k, v, o, lse, dout, dq[2];
   t4_init(&q, 2, 8, 2, 128, TEST_F16, 0);
-  t4_init(&k, 2, 2, 600, 128, TEST_F16, 0);
-  t4_init(&v, 2, 2, 600, 128, TEST_F16, 0);
+  t4_init(&k, 2, 2, 1100, 128, TEST_F16, 0);
+  t4_init(&v, 2, 2, 1100, 128, TEST_F16, 0);
   t4_init(&o, 2, 8, 2, 128, TEST_F16, 0);
   t4_init(&lse, 2, 8, 2, 1, TEST_F32, 0);
   lse.t.ndim = 3;

@@ -175,15 +175,22 @@ static const char *decode_misfit(const kiln_context *ctx, const kiln_attn_args *
     return "its grid has a block per 16 rows of (query heads of a group) x Sq, at most 2^28 of them";
   return NULL;
 }
-/* AUTO's and FLASH's choice of the decode kernel: predicted (not yet measured) to win wherever a
- * K/V head's packed rows fit one tile, i.e. the other forwards' tiles of 64-192 rows would be
- * mostly empty and their grids B·Hq blocks walking every key alone. A tuning parameter
+/* AUTO's and FLASH's choice of the decode kernel, from same-call H200 times against FLASH_WGMMA
+ * (docs/performance.md, "kiln_attention FLASH_DECODE"): where a K/V head's packed rows fit one
+ * tile and there are at least 1024 keys, GQA (4:1, 8:1) ran 1.7-5.7x faster at Sk 1024-32768,
+ * Sq 1 and 4, B 1-32; MHA 1.2-1.4x while B·Hq blocks left SMs idle (B 1, 32 heads) and 0.97x
+ * once they did not (B 8); MHA with 16 queries against 512 keys ran 0.40x. Tuning parameters
  * (KILN_TUNE_DEFS). */
 #ifndef KILN_ATTN_DEC_MAX_ROWS
 #define KILN_ATTN_DEC_MAX_ROWS 16
 #endif
+#ifndef KILN_ATTN_DEC_MIN_SK
+#define KILN_ATTN_DEC_MIN_SK 1024
+#endif
 static bool decode_wins(const kiln_context *ctx, const kiln_attn_args *a) {
-  return !decode_misfit(ctx, a) && decode_packed(a) <= KILN_ATTN_DEC_MAX_ROWS;
+  const bool gqa = a->hq > a->hkv, idle_sms = (int64_t)a->batch * a->hq < ctx->info.sm_count;
+  return !decode_misfit(ctx, a) && decode_packed(a) <= KILN_ATTN_DEC_MAX_ROWS && a->sk >= KILN_ATTN_DEC_MIN_SK &&
+         (gqa || idle_sms);
 }
 /* Blocks per cluster: enough to fill two blocks per SM (the kernel's loads need that many in
  * flight), at most what the device fits (ctx->dec_max_cluster, from the occupancy query at
