@@ -576,6 +576,14 @@ typedef enum kiln_attention_algo {
                                       * (wgmma + TMA): sm_90 only, D <= 256 forward and D <= 128
                                       * backward, no stride-0 repeats in q, k, v; UNSUPPORTED
                                       * otherwise */
+  KILN_ATTENTION_FLASH_DECODE = 5,   /* FLASH for few query rows per K/V head (decode against a
+                                      * KV cache): the Hq / Hkv query heads of a group share each
+                                      * K/V block (packed into 16-row tiles of head x query) and
+                                      * the blocks of a cluster split the keys, combining their
+                                      * softmax states in shared memory (deterministic, no
+                                      * workspace). sm_90 only, the tensor-core conditions of
+                                      * FLASH, D <= 256; UNSUPPORTED otherwise. Forward only: its
+                                      * backward is FLASH's */
 } kiln_attention_algo;
 
 typedef struct kiln_attention_opts {

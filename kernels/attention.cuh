@@ -90,6 +90,12 @@ KILN_DEVICE void softmax_step(float (&s)[NT][4], float (&m)[2], float (&l)[2], f
   for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + rsum[r];
 }
 
+/* The visibility rule softmax_step's MASK applies, for kernels whose lane rows are not row0 and
+ * row0 + 8 (the decode kernel's packed tiles mask first, then take softmax_step<false>). */
+KILN_DEVICE bool key_visible(int key, int row, int sk, int causal, int shift) {
+  return key < sk && (!causal || key <= row + shift);
+}
+
 /* O·corr for the output accumulator's OT fragments (rows lane/4 and lane/4 + 8). */
 template <int OT>
 KILN_DEVICE void rescale(float (&o)[OT][4], const float (&corr)[2]) {
@@ -158,11 +164,12 @@ KILN_DEVICE int key_blocks(const kiln_attn_args &p, int shift, int q0, int rows,
 }
 
 /* A head's K and V (from K and V, its first key) walked in blocks of BC keys by the sm_80 kernels
- * that loop over keys (the forward and the backward's dQ): block blk goes into buffer blk % 2 of
- * sk and sv ([2][BC] padded rows each) by cp.async, keys past Sk and columns past D zero-filled.
- * The sizes are read from p at each load, as kernel parameters, not held in registers across the
- * key loop (holding them cost the D = 64 forward 16 bytes of spills). */
-template <int BC, int DP>
+ * that loop over keys (the forward and the backward's dQ; the decode kernel with a deeper ring):
+ * block blk goes into buffer blk % BUFS of sk and sv ([BUFS][BC] padded rows each) by cp.async,
+ * keys past Sk and columns past D zero-filled. The sizes are read from p at each load, as kernel
+ * parameters, not held in registers across the key loop (holding them cost the D = 64 forward 16
+ * bytes of spills). */
+template <int BC, int DP, int BUFS = 2>
 struct KvBlocks {
   TileLoader<BC, DP, THREADS> lk, lv;
   KILN_DEVICE explicit KvBlocks(const kiln_attn_args &p) {
@@ -172,7 +179,7 @@ struct KvBlocks {
   }
   KILN_DEVICE void load(const kiln_attn_args &p, const uint16_t *K, const uint16_t *V, int blk, uint16_t *sk,
                         uint16_t *sv, int tid) {
-    const int k0 = blk * BC, buf = blk % 2;
+    const int k0 = blk * BC, buf = blk % BUFS;
     lk.g = K + (int64_t)k0 * p.k_ss;
     lv.g = V + (int64_t)k0 * p.v_ss;
     lk.rows_left = lv.rows_left = p.sk - k0;

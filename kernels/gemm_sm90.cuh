@@ -180,6 +180,25 @@ KILN_DEVICE uint32_t cluster_ctarank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
   return r;
 }
+/* CTAs in this CTA's cluster (1 for a launch without clusters). */
+KILN_DEVICE uint32_t cluster_nctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
+  return r;
+}
+/* The float at the same shared-memory offset as `p` in cluster CTA `rank` (distributed shared
+ * memory; order it after the peer's writes with a cluster barrier). */
+KILN_DEVICE float ld_shared_cluster_f32(const float *p, uint32_t rank) {
+  float v;
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %1, %2;\n"
+      "ld.shared::cluster.f32 %0, [remote];\n}\n"
+      : "=f"(v)
+      : "r"(smem_u32(p)), "r"(rank)
+      : "memory");
+  return v;
+}
 /* Every thread of every CTA of the cluster (not .aligned: the producer warp arrives diverged). */
 KILN_DEVICE void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");

@@ -49,6 +49,11 @@
   X(KILN_K_ATTN_FWD_WG_##dt##_D256, "kiln_attn_fwd_wgmma_" #dt "_d256", "attention_sm90")
 #define KILN_ATTN_WD_KERNELS_FOR(X, dt) /* the wide D = 64 configuration (kiln_abi.h) */      \
   X(KILN_K_ATTN_FWD_WD_##dt##_D64, "kiln_attn_fwd_wide_" #dt "_d64", "attention_sm90")
+/* The split-KV decode forward (kiln_abi.h DEC_*; algo FLASH_DECODE), head dims padded to 64, 128, 256. */
+#define KILN_ATTN_DEC_KERNELS_FOR(X, dt)                                                                 \
+  X(KILN_K_ATTN_FWD_DEC_##dt##_D64, "kiln_attn_fwd_decode_" #dt "_d64", "attention_decode_sm90")        \
+  X(KILN_K_ATTN_FWD_DEC_##dt##_D128, "kiln_attn_fwd_decode_" #dt "_d128", "attention_decode_sm90")      \
+  X(KILN_K_ATTN_FWD_DEC_##dt##_D256, "kiln_attn_fwd_decode_" #dt "_d256", "attention_decode_sm90")
 #define KILN_ATTN_SH_KERNELS_FOR(X, dt)                                                          \
   X(KILN_K_ATTN_FWD_SH_##dt##_D64, "kiln_attn_fwd_short_" #dt "_d64", "attention_sm90")         \
   X(KILN_K_ATTN_FWD_SH_##dt##_D128, "kiln_attn_fwd_short_" #dt "_d128", "attention_sm90")
@@ -111,6 +116,8 @@
   KILN_ATTN_WD_KERNELS_FOR(X, bf16)                              \
   KILN_ATTN_SH_KERNELS_FOR(X, f16)                               \
   KILN_ATTN_SH_KERNELS_FOR(X, bf16)                              \
+  KILN_ATTN_DEC_KERNELS_FOR(X, f16)                              \
+  KILN_ATTN_DEC_KERNELS_FOR(X, bf16)                             \
   X(KILN_K_ATTN_BWD_DELTA, "kiln_attn_bwd_delta", "attention_bwd_sm80") \
   KILN_ATTN_SIMT_KERNELS(X)                                      \
   KILN_ATTN_BWD_KERNELS_FOR(X, f16)                              \

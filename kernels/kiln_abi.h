@@ -250,6 +250,28 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_SH_SMEM_BYTES(dp) \
   KILN_ATTN_FWD_SMEM_BYTES(KILN_ATTN_SH_BM, KILN_ATTN_SH_BN(dp), KILN_ATTN_SH_STAGES(dp), dp)
 
+/* The split-KV decode forward (kernels/attention_decode_sm90.cu, algo FLASH_DECODE): a block of
+ * DEC_THREADS (4 warps) owns one tile of DEC_ROWS = 16 packed query rows (the Hq / Hkv query heads
+ * of a K/V head times Sq, one m16 MMA tile) and walks its share of the tile's key blocks of
+ * DEC_BC = 64 keys (16 per warp) through a ring of DEC_STAGES K/V slots (STAGES - 1 blocks in
+ * flight: the kernel is bound by the copies, so bytes in flight are what it needs); the
+ * DEC_MAX_CLUSTER (portable cluster limit) blocks of a cluster split the keys and combine
+ * through distributed shared memory. Shared memory: the Q tile and the ring's K and V blocks of
+ * DP (64, 128, 256) columns, rows padded by KILN_GEMM_PAD (3 stages: 57.6, 108.8 and 211.2 kB, so
+ * 3, 2 and 1 blocks per SM); after the key loop the same bytes hold each warp's partial state
+ * (O [16][DP] f32, m and l [16]) and the combine's per-row weights. */
+#define KILN_ATTN_DEC_ROWS 16
+#define KILN_ATTN_DEC_BC 64
+#define KILN_ATTN_DEC_THREADS 128
+#ifndef KILN_ATTN_DEC_STAGES /* tuning parameters (KILN_TUNE_DEFS) */
+#define KILN_ATTN_DEC_STAGES 3
+#endif
+#ifndef KILN_ATTN_DEC_MAX_CLUSTER
+#define KILN_ATTN_DEC_MAX_CLUSTER 8
+#endif
+#define KILN_ATTN_DEC_SMEM_BYTES(dp) \
+  ((KILN_ATTN_DEC_ROWS + 2 * KILN_ATTN_DEC_STAGES * KILN_ATTN_DEC_BC) * ((dp) + KILN_GEMM_PAD) * 2)
+
 /* The sm_90a FLASH backward (kernels/attention_bwd_sm90.cu), head dims padded to 64 or 128, the
  * forward's 3 warpgroups; shared memory: two fixed tiles, a ring of WG_BWD_STAGES slots of two
  * tiles, 1 KB of alignment slack, the mbarriers (and for dK/dV the staged LSE and delta).

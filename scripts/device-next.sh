@@ -34,11 +34,18 @@
 #                    scripts/slim-build.sh build-d256 build-ladder/slim/d256 &&
 #                      (cd build-ladder && tar czf carry-d256.tgz slim/d256)
 #                    then: tar xzf build-ladder/carry-d256.tgz -C /tmp && bash scripts/device-next.sh d256 /tmp/slim/d256
+#   decode HEAD      (branch wip/attention-decode, build-dec: an sm_90a build of it) the split-KV
+#                    decode attention forward: its tests (test_gpu_attention), memcheck,
+#                    scripts/bench_decode.py against SDPA, the Python attention tests, racecheck
+#                    and synccheck (up to 10 minutes). Before the call, on the branch:
+#                    scripts/slim-build.sh build-dec build-ladder/slim/dec &&
+#                      (cd build-ladder && tar czf carry-dec.tgz slim/dec)
+#                    then: tar xzf build-ladder/carry-dec.tgz -C /tmp && bash scripts/device-next.sh decode /tmp/slim/dec
 #   p17 RUNG MAIN    (done 2026-12-05) rung p17 of the int4 PREFILL beside main
 # Logs: $OUT/next-MODE.tgz (one file), and a summary on stdout.
 set -u
 unset LD_LIBRARY_PATH # each build's programs load their own libkiln.so (RUNPATH $ORIGIN/..)
-mode=${1:?usage: device-next.sh qweight HEAD | paired HEAD | p18 RUNG BASE | verify HEAD | d256 HEAD | p17 RUNG MAIN}
+mode=${1:?usage: device-next.sh qweight HEAD | paired HEAD | p18 RUNG BASE | verify HEAD | d256 HEAD | decode HEAD | p17 RUNG MAIN}
 L=/tmp/next-$mode
 rm -rf "$L" && mkdir -p "$L"
 memcheck() { # memcheck PROGRAM FILTER LOG
@@ -167,6 +174,37 @@ d256)
   KILN_TEST_SANITIZER=1 timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$H/tests/test_gpu_attention" --filter head_dims_dtypes >"$L/racecheck-head-dims.log" 2>&1
   echo "racecheck head_dims_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/racecheck-head-dims.log"))"
+  ;;
+decode)
+  # (branch wip/attention-decode until this has passed once) the split-KV decode forward
+  # (kernels/attention_decode_sm90.cu, algo FLASH_DECODE), most important first (the call's
+  # 600 s may cut the tail; each step's logs are packed as it ends): its SASS resources, every
+  # attention test (run_case sends every tensor-core case through it too), memcheck of its
+  # test, scripts/bench_decode.py against SDPA in the same process, the Python attention tests,
+  # racecheck and synccheck of its test (clusters, distributed shared memory)
+  H=$2
+  timeout 60 cuobjdump -res-usage "$H"/kernels/attention_decode_sm90*.fatbin >"$L/res-usage.txt" 2>&1
+  grep -A1 -E 'Function kiln_attn_fwd_decode' "$L/res-usage.txt" | grep -oE '(Function [a-z0-9_]+|REG:[0-9]+|SHARED:[0-9]+)' |
+    paste -sd' ' | sed 's/Function /\n/g'
+  echo
+  timeout 200 "$H/tests/test_gpu_attention" >"$L/test_gpu_attention.log" 2>&1
+  echo "test_gpu_attention: exit $?: $(grep -E 'PASSED|FAILED|SKIP' "$L/test_gpu_attention.log" | tr '\n' ' ')"
+  grep -E '^FAILED|FAILED ' "$L/test_gpu_attention.log" | head -20
+  memcheck "$H/tests/test_gpu_attention" "decode" "$L/memcheck-decode.log"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" PYTHONPATH=python timeout 150 python3 scripts/bench_decode.py \
+    --dtype all >"$L/bench-decode.txt" 2>&1
+  echo "bench_decode.py: exit $?"; cat "$L/bench-decode.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 120 python3 -m pytest -q -rs -p no:cacheprovider \
+    python/tests/test_attention.py python/tests/test_gpu.py -k "attention or opcheck or graph" >"$L/pytest.log" 2>&1
+  echo "python attention tests: exit $?: $(tail -1 "$L/pytest.log")"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  for tool in racecheck synccheck; do
+    KILN_TEST_SANITIZER=1 timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$H/tests/test_gpu_attention" \
+      --filter decode >"$L/$tool-decode.log" 2>&1
+    echo "$tool test_gpu_attention --filter decode: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-decode.log"))"
+  done
   ;;
 *) echo "device-next.sh: unknown mode $mode" >&2; exit 2 ;;
 esac

@@ -1555,19 +1555,20 @@ static void err_opts(void **state) {
   kiln_attention_opts o = kiln_attention_opts_default();
   o.algo = (kiln_attention_algo)42;
   assert_kiln_fails(fx_fwd(&f, FQ, FK, FV, FO, FL, &o), KILN_ERROR_INVALID_ARGUMENT,
-                    "kiln_attention: opts->algo is 42; expected KILN_ATTENTION_AUTO, _SMEM, _FLASH, _FLASH_MMA_SYNC or "
-                    "_FLASH_WGMMA");
+                    "kiln_attention: opts->algo is 42; expected KILN_ATTENTION_AUTO, _SMEM, _FLASH, _FLASH_MMA_SYNC, "
+                    "_FLASH_WGMMA or _FLASH_DECODE");
   o.algo = (kiln_attention_algo)-1;
   assert_kiln_fails(fx_bwd(&f, FQ, FK, FV, FO, FL, FDO, FDQ, FDK, FDV, &o), KILN_ERROR_INVALID_ARGUMENT,
                     "kiln_attention_backward: opts->algo is -1");
   assert_kiln_fails(fx_size(&f, FQ, FK, FV, FO, FL, FDO, FDQ, FDK, FDV, &o), KILN_ERROR_INVALID_ARGUMENT,
                     "kiln_attention_backward_workspace_size: opts->algo is -1");
-  static const struct { kiln_attention_algo algo; const char *name; } gpu[4] = {
+  static const struct { kiln_attention_algo algo; const char *name; } gpu[5] = {
       {KILN_ATTENTION_SMEM, "algo SMEM"},
       {KILN_ATTENTION_FLASH, "algo FLASH"},
       {KILN_ATTENTION_FLASH_MMA_SYNC, "algo FLASH_MMA_SYNC"},
-      {KILN_ATTENTION_FLASH_WGMMA, "algo FLASH_WGMMA"}};
-  for (int i = 0; i < 4; i++) {
+      {KILN_ATTENTION_FLASH_WGMMA, "algo FLASH_WGMMA"},
+      {KILN_ATTENTION_FLASH_DECODE, "algo FLASH_DECODE"}};
+  for (int i = 0; i < 5; i++) {
     o.algo = gpu[i].algo;
     assert_kiln_fails(fx_fwd(&f, FQ, FK, FV, FO, FL, &o), KILN_ERROR_UNSUPPORTED, "kiln_attention: ", gpu[i].name,
                       "needs a CUDA device but the context is the CPU's", "KILN_ATTENTION_AUTO");

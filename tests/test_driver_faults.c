@@ -649,6 +649,77 @@ static void qkv_prefill_copies(kiln_context *ctx) {
   assert_int_equal(fake("context_depth"), 0);
 }
 
+/* The split-KV decode forward on the fake sm_90 (132 SMs): one launch in clusters whose size
+ * fills two blocks per SM, without TMA maps. AUTO and FLASH take it where a K/V head's query
+ * heads x Sq fit one 16-row tile (here 4 x 1 and 8 x 2) with at least 1024 keys, for GQA, or
+ * for MHA whose B·Hq blocks leave SMs idle; else the other kernels (fewer keys, 24 rows, MHA on
+ * 132 heads); FLASH_DECODE takes any shape (D = 256, K/V heads repeated with stride 0, 4 x 100
+ * rows); its backward is FLASH's (no cluster). Cluster sizes are checked by the fake: 1..8,
+ * dividing the grid. */
+static void attention_decode_paths(kiln_context *ctx) {
+  const int allocations = fake("live_allocations");
+  DLManagedTensorVersioned *buf[5]; /* q, k, v, o, dq */
+  for (int i = 0; i < 5; i++) buf[i] = empty(ctx, TEST_F16, 1100, 1024);
+  DLManagedTensorVersioned *lse_buf = empty(ctx, TEST_F32, 8, 100), *ws = empty(ctx, TEST_F32, 8 * 100, 128);
+  struct {
+    int64_t hq, hkv, sq, sk, d, kv_head_stride; /* kv_head_stride 0: one K/V head seen as hkv */
+    kiln_attention_algo algo;
+    int decode; /* 1: the decode kernel runs */
+  } cases[] = {
+      {8, 2, 1, 700, 128, -1, KILN_ATTENTION_AUTO, 0},   {8, 2, 1, 1500, 64, -1, KILN_ATTENTION_AUTO, 1},
+      {8, 1, 2, 1300, 64, -1, KILN_ATTENTION_FLASH, 1},  {8, 1, 3, 1300, 64, -1, KILN_ATTENTION_AUTO, 0},
+      {4, 1, 100, 90, 128, -1, KILN_ATTENTION_FLASH_DECODE, 1}, {2, 2, 1, 50, 256, -1, KILN_ATTENTION_FLASH_DECODE, 1},
+      {4, 4, 1, 64, 256, -1, KILN_ATTENTION_AUTO, 0},    {2, 2, 1, 1100, 64, -1, KILN_ATTENTION_AUTO, 1},
+      {132, 132, 1, 1024, 8, -1, KILN_ATTENTION_AUTO, 0}, {131, 131, 1, 1024, 8, -1, KILN_ATTENTION_AUTO, 1},
+      {4, 2, 4, 99, 64, 0, KILN_ATTENTION_FLASH_DECODE, 1},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int64_t qs[4] = {1, cases[c].hq, cases[c].sq, cases[c].d}, ks[4] = {1, cases[c].hkv, cases[c].sk, cases[c].d},
+            ls[3] = {1, cases[c].hq, cases[c].sq};
+    int64_t kst[4] = {0, cases[c].kv_head_stride ? cases[c].sk * cases[c].d : 0, cases[c].d, 1};
+    DLTensor q = {buf[0]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, qs, NULL, 0}, o = q, k = q, v = q, dq = q;
+    o.data = buf[3]->dl_tensor.data, dq.data = buf[4]->dl_tensor.data;
+    k.data = buf[1]->dl_tensor.data, v.data = buf[2]->dl_tensor.data, k.shape = v.shape = ks;
+    k.strides = v.strides = kst;
+    DLTensor lse = {lse_buf->dl_tensor.data, {kDLCUDA, 0}, 3, TEST_F32, ls, NULL, 0};
+    kiln_attention_opts opts = kiln_attention_opts_default();
+    opts.algo = cases[c].algo;
+    const int clustered = fake("clustered_launches"), launches = fake("launches_0"), maps = fake("tensor_maps");
+    assert_kiln_ok(kiln_attention(ctx, &q, &k, &v, &o, &lse, &opts, NULL));
+    assert_int_equal(fake("clustered_launches") - clustered, cases[c].decode);
+    assert_int_equal(fake("launches_0") - launches, 1);
+    if (cases[c].decode) assert_int_equal(fake("tensor_maps"), maps);
+    size_t bytes = 0;
+    assert_kiln_ok(kiln_attention_backward_workspace_size(ctx, &q, &k, &v, &o, &lse, &o, &dq, NULL, NULL, &opts,
+                                                          &bytes));
+    assert_kiln_ok(kiln_attention_backward(ctx, &q, &k, &v, &o, &lse, &o, &dq, NULL, NULL, ws->dl_tensor.data, bytes,
+                                           &opts, NULL));
+    assert_int_equal(fake("clustered_launches") - clustered, cases[c].decode); /* the backward is unclustered */
+  }
+  /* a device whose GPCs hold clusters of at most 2 (FAKE_CUDA_MAX_CLUSTER, read by the occupancy
+   * query at context creation): B = 1 with 8 K/V heads (1100 keys) wants clusters of 8 to fill 132 SMs and
+   * gets 2 (the fake refuses a launch in larger ones) */
+  setenv("FAKE_CUDA_MAX_CLUSTER", "2", 1);
+  kiln_context *small = NULL;
+  assert_kiln_ok(kiln_context_create(kDLCUDA, 0, &small));
+  DLManagedTensorVersioned *sbuf[4];
+  for (int i = 0; i < 4; i++) sbuf[i] = empty(small, TEST_F16, 8 * 1100, 128);
+  int64_t qs[4] = {1, 32, 1, 128}, ks[4] = {1, 8, 1100, 128};
+  DLTensor q = {sbuf[0]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, qs, NULL, 0}, o = q, k = q, v = q;
+  k.data = sbuf[1]->dl_tensor.data, v.data = sbuf[2]->dl_tensor.data, o.data = sbuf[3]->dl_tensor.data;
+  k.shape = v.shape = ks;
+  const int clustered = fake("clustered_launches");
+  assert_kiln_ok(kiln_attention(small, &q, &k, &v, &o, NULL, NULL, NULL));
+  assert_int_equal(fake("clustered_launches"), clustered + 1);
+  for (int i = 0; i < 4; i++) kiln_tensor_free(sbuf[i]);
+  kiln_context_destroy(small);
+  unsetenv("FAKE_CUDA_MAX_CLUSTER");
+  kiln_tensor_free(lse_buf), kiln_tensor_free(ws);
+  for (int i = 0; i < 5; i++) kiln_tensor_free(buf[i]);
+  assert_int_equal(fake("live_allocations"), allocations);
+  assert_int_equal(fake("context_depth"), 0);
+}
+
 /* What the tensor-core attention kernels cannot take, on the fake sm_90 (run in CI, no GPU): an
  * explicit FLASH_MMA_SYNC or FLASH_WGMMA names the misfit (float32 inputs, D not a multiple of
  * 8, a strided head dimension, a misaligned q) before any launch, while AUTO and FLASH run the
@@ -799,6 +870,7 @@ static void healthy(void) {
   decode_paths(ctx);
   int4_prefill_paths(ctx);
   attention_paths(ctx);
+  attention_decode_paths(ctx);
   attention_refusals(ctx);
   weight_conversion_paths(ctx);
   CUstream s = NULL;
@@ -828,7 +900,7 @@ static void healthy(void) {
   /* ... and the context is unharmed */
   assert_context_usable(ctx, NULL);
   /* Two contexts on one device share the primary context, each with its own retain. */
-  const int images = fake("library_loads");
+  const int images = fake("live_libraries"); /* one context's images */
   kiln_context *second = NULL;
   assert_kiln_ok(kiln_context_create(kDLCUDA, 0, &second));
   assert_int_equal(fake("primary_retains"), 2);
@@ -997,6 +1069,19 @@ static void sm89(void) {
       }
     }
   }
+  /* FLASH_DECODE needs sm_90's clusters; AUTO at a decode shape runs the sm_80 kernel, unclustered */
+  shape[2] = lse_shape[2] = 1, shape[3] = 128;
+  DLTensor t[4];
+  for (int i = 0; i < 4; i++) t[i] = (DLTensor){buf[i]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, shape, NULL, 0};
+  ao.algo = KILN_ATTENTION_FLASH_DECODE;
+  const int clustered = fake("clustered_launches"), before = fake("launches_0");
+  assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &ao, NULL), KILN_ERROR_UNSUPPORTED,
+                    "kiln_attention: algo FLASH_DECODE cannot run this problem: it needs an sm_90 GPU",
+                    "is sm_89; 1 query heads per K/V head, Sq 1)", "use KILN_ATTENTION_AUTO or _FLASH");
+  ao.algo = KILN_ATTENTION_AUTO;
+  assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &ao, NULL));
+  assert_int_equal(fake("launches_0"), before + 1);
+  assert_int_equal(fake("clustered_launches"), clustered);
   for (int i = 0; i < 8; i++) kiln_tensor_free(buf[i]);
   kiln_tensor_free(lse_buf), kiln_tensor_free(ws);
   kiln_tensor_free(a), kiln_tensor_free(b), kiln_tensor_free(c), kiln_tensor_free(a8), kiln_tensor_free(b8);

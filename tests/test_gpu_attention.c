@@ -140,6 +140,7 @@ static const char *algo_name(kiln_attention_algo a) {
          : a == KILN_ATTENTION_FLASH_WGMMA  ? "FLASH_WGMMA"
          : a == KILN_ATTENTION_FLASH        ? "FLASH"
          : a == KILN_ATTENTION_SMEM         ? "SMEM"
+         : a == KILN_ATTENTION_FLASH_DECODE ? "FLASH_DECODE"
                                             : "AUTO";
 }
 
@@ -204,9 +205,12 @@ static int run_case_algo(const acase *c, kiln_attention_algo algo) { return run_
 
 /* Every case through each tensor-core kernel: the mma.sync one, and on sm_90 the WGMMA
  * configurations where they apply: FLASH_WGMMA's 128-row one (any D), its wide 192-row one
- * (D <= 64) and SMEM's short-sequence one (D <= 128). AUTO's picks are checked by `deterministic`. */
+ * (D <= 64) and SMEM's short-sequence one (D <= 128), and the split-KV decode kernel (any D: it
+ * takes every shape, packing a group's heads x Sq into 16-row tiles, however many). AUTO's picks
+ * are checked by `deterministic` and `decode`. */
 static int run_case(const acase *c) {
   int failures = !run_case_algo(c, KILN_ATTENTION_FLASH_MMA_SYNC);
+  if (g_wgmma) failures += !run_case_algo(c, KILN_ATTENTION_FLASH_DECODE);
   if (g_wgmma) failures += !run_case_tile(c, KILN_ATTENTION_FLASH_WGMMA, 128);
   if (g_wgmma && c->D <= 128) failures += !run_case_algo(c, KILN_ATTENTION_SMEM);
   if (g_wgmma && c->D <= 64) failures += !run_case_tile(c, KILN_ATTENTION_FLASH_WGMMA, 192);
@@ -330,6 +334,80 @@ static void deterministic(void **state) {
   }
 }
 
+/* The split-KV decode kernel (FLASH_DECODE) at decode shapes: GQA groups of 4 and 8 and MQA with
+ * Sq = 1 (one packed tile, mostly empty or exactly full), Sq = 5 with a group of 4 (20 rows: a
+ * second tile that starts inside a head), a long cache whose key blocks split unevenly over a
+ * cluster of 8, causal Sq = 3 against Sk = 2 (a row of each head sees no key), Sk = 1, head dims
+ * that pad (80) and 256, [B, S, H, D] views. Then AUTO, which takes this kernel where a K/V
+ * head's packed rows fit one tile against at least 1024 keys (GQA here), gives its bits, and the
+ * backward with algo FLASH_DECODE is FLASH's. Without sm_90 the algo is refused (refusals). */
+static void decode(void **state) {
+  (void)state;
+  if (!g_wgmma) skip();
+  test_seed(19);
+  const int64_t long_sk = getenv("KILN_TEST_SANITIZER") ? 2048 : 16384; /* the sanitizers are slow */
+  const acase cs[] = {
+      {3, 32, 8, 1, 1000, 128, TEST_F16, TEST_F16, 0, BHSD, 0, 0},
+      {2, 32, 4, 1, 4097, 128, TEST_BF16, TEST_BF16, 1, BSHD, 0, 0},
+      {1, 16, 1, 1, 1541, 64, TEST_F16, TEST_F32, 0, BHSD, 0, 0},
+      {2, 8, 2, 5, 700, 64, TEST_BF16, TEST_F32, 1, BHSD, 0, 0},
+      {1, 8, 2, 3, 2, 128, TEST_F16, TEST_F16, 1, BHSD, 0, 0},
+      {4, 4, 4, 2, 1, 80, TEST_F16, TEST_F16, 0, BHSD, 0.5f, 0},
+      {1, 8, 1, 2, 333, 256, TEST_BF16, TEST_BF16, 1, BSHD, 0, 0},
+      {1, 4, 1, 16, long_sk, 128, TEST_F16, TEST_F16, 1, BHSD, 0, 0},
+  };
+  const int n = (int)(sizeof cs / sizeof cs[0]);
+  int failures = 0;
+  for (int i = 0; i < n; i++)
+    failures += !run_case_algo(&cs[i], KILN_ATTENTION_FLASH_DECODE) + !run_case_algo(&cs[i], KILN_ATTENTION_AUTO);
+  if (failures) fail_msg("%d of %d runs failed (listed above)", failures, 2 * n);
+
+  /* AUTO's bits are FLASH_DECODE's at Hq / Hkv x Sq = 8 rows; FLASH_DECODE's backward is FLASH's */
+  t4 q, k, v, o, lse, dout, dq[2];
+  t4_init(&q, 2, 8, 2, 128, TEST_F16, 0);
+  t4_init(&k, 2, 2, 1100, 128, TEST_F16, 0);
+  t4_init(&v, 2, 2, 1100, 128, TEST_F16, 0);
+  t4_init(&o, 2, 8, 2, 128, TEST_F16, 0);
+  t4_init(&lse, 2, 8, 2, 1, TEST_F32, 0);
+  lse.t.ndim = 3;
+  t4_init(&dout, 2, 8, 2, 128, TEST_F16, 0);
+  t4_random(&q), t4_random(&k), t4_random(&v), t4_random(&dout);
+  const size_t bytes = (size_t)o.n * 2;
+  void *first = malloc(bytes);
+  assert_non_null(first);
+  kiln_attention_opts opts = kiln_attention_opts_default();
+  const kiln_attention_algo algos[3] = {KILN_ATTENTION_FLASH_DECODE, KILN_ATTENTION_AUTO, KILN_ATTENTION_FLASH};
+  for (int i = 0; i < 3; i++) {
+    opts.algo = algos[i];
+    test_poison(o.host, o.dt, o.n);
+    t4_copy(&o, 1);
+    assert_kiln_ok(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &opts, g_stream));
+    t4_copy(&o, 0);
+    if (i == 0)
+      memcpy(first, o.host, bytes);
+    else
+      assert_memory_equal(first, o.host, bytes);
+  }
+  for (int i = 0; i < 2; i++) { /* dQ with algo FLASH_DECODE, then FLASH, from the same O and LSE */
+    t4_init(&dq[i], 2, 8, 2, 128, TEST_F32, 0);
+    opts.algo = i ? KILN_ATTENTION_FLASH : KILN_ATTENTION_FLASH_DECODE;
+    size_t ws_bytes = 0;
+    assert_kiln_ok(kiln_attention_backward_workspace_size(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &dout.t, &dq[i].t,
+                                                          NULL, NULL, &opts, &ws_bytes));
+    DLManagedTensorVersioned *ws;
+    const int64_t wn = (int64_t)ws_bytes;
+    assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &wn, (DLDataType){kDLUInt, 8, 1}, &ws));
+    assert_kiln_ok(kiln_attention_backward(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &dout.t, &dq[i].t, NULL, NULL,
+                                           ws->dl_tensor.data, ws_bytes, &opts, g_stream));
+    t4_copy(&dq[i], 0);
+    kiln_tensor_free(ws);
+  }
+  assert_memory_equal(dq[0].host, dq[1].host, (size_t)dq[0].n * 4);
+  free(first);
+  t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&lse), t4_free(&dout), t4_free(&dq[0]),
+      t4_free(&dq[1]);
+}
+
 /* What an explicit algo's kernels cannot run is refused with UNSUPPORTED and says why and what runs it instead. */
 static void refusals(void **state) {
   (void)state;
@@ -345,6 +423,12 @@ static void refusals(void **state) {
     assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream), KILN_ERROR_UNSUPPORTED,
                       "kiln_attention: algo SMEM cannot run this problem: it needs an sm_90 GPU",
                       "use KILN_ATTENTION_AUTO or _FLASH");
+  /* FLASH_DECODE: the split-KV decode kernel needs sm_90's clusters */
+  opts.algo = KILN_ATTENTION_FLASH_DECODE;
+  if (!g_wgmma)
+    assert_kiln_fails(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, NULL, &opts, g_stream), KILN_ERROR_UNSUPPORTED,
+                      "kiln_attention: algo FLASH_DECODE cannot run this problem: it needs an sm_90 GPU",
+                      "1 query heads per K/V head, Sq 16", "use KILN_ATTENTION_AUTO or _FLASH");
   /* FLASH_WGMMA: sm_90 only; there, head dims up to 128 and no stride-0 repeats of rows */
   opts.algo = KILN_ATTENTION_FLASH_WGMMA;
   if (!g_wgmma) {
@@ -435,6 +519,9 @@ static void refusals(void **state) {
   opts.algo = KILN_ATTENTION_SMEM;
   assert_kiln_fails(kiln_attention(g_ctx, &q32.t, &k32.t, &v32.t, &o32.t, NULL, &opts, g_stream),
                     KILN_ERROR_UNSUPPORTED, "algo SMEM: q, k and v are float32");
+  opts.algo = KILN_ATTENTION_FLASH_DECODE;
+  assert_kiln_fails(kiln_attention(g_ctx, &q32.t, &k32.t, &v32.t, &o32.t, NULL, &opts, g_stream),
+                    KILN_ERROR_UNSUPPORTED, "algo FLASH_DECODE: q, k and v are float32");
   t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&q32), t4_free(&k32), t4_free(&v32), t4_free(&o32);
 }
 
@@ -753,6 +840,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(lengths_and_groups),
       cmocka_unit_test(strided_views_scale_long),
       cmocka_unit_test(fully_masked_rows),
+      cmocka_unit_test(decode),
       cmocka_unit_test(deterministic),
       cmocka_unit_test(cuda_core_forward),
       cmocka_unit_test(refusals),

@@ -116,6 +116,7 @@ class AttentionAlgo(enum.IntEnum):
     FLASH = 2
     FLASH_MMA_SYNC = 3
     FLASH_WGMMA = 4
+    FLASH_DECODE = 5
 
 
 class QFormat(enum.IntEnum):

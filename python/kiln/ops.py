@@ -211,7 +211,8 @@ def attention(q, k, v, scale=None, causal=False, return_lse=False, algo="auto", 
     """O = softmax(scale · Q·Kᵀ + mask) · V. Q [B, Hq, Sq, D], K [B, Hkv, Sk, D], V [B, Hkv, Sk, Dv]
     (rank 3: B = 1; rank 2: B = H = 1; Hq % Hkv == 0). scale None: 1/sqrt(D). causal: aligned to
     the bottom right. O in out_dtype (default Q's dtype, or float32). With return_lse, returns
-    (O, LSE) with LSE f32 [B, Hq, Sq]. algo: 'auto', 'smem', 'flash'."""
+    (O, LSE) with LSE f32 [B, Hq, Sq]. algo: 'auto', 'smem', 'flash', 'flash_mma_sync', 'flash_wgmma',
+    'flash_decode' (few query rows per K/V head: split-KV, GQA heads packed; sm_90)."""
     algo = attention_algo(algo)
     if _torch_path(q, out if out is not None else lse, k, v):
         o, l = _TORCH_OPS.attention(q, k, v, scale, causal, algo, out_dtype, deterministic, need_lse=return_lse)

@@ -91,6 +91,10 @@ def test_attention_errors(rng):
     assert e.value.status == kiln.Status.INVALID_ARGUMENT and "kiln_attention" in e.value.message
     with pytest.raises(kiln.KilnError, match="algo FLASH needs a CUDA device"):
         kiln.attention(q, q, q, algo="flash")
+    with pytest.raises(kiln.KilnError, match="algo FLASH_DECODE needs a CUDA device"):
+        kiln.attention(q, q, q, algo="flash_decode")
+    with pytest.raises(kiln.KilnError, match="expected one of .*'flash_decode'"):
+        kiln.attention(q, q, q, algo="decode")
     with pytest.raises(kiln.KilnError, match="opts->scale is -1"):
         kiln.attention(q, q, q, scale=-1.0)
     with pytest.raises(kiln.KilnError, match="kiln.attention: q has shape \\[16\\]"):

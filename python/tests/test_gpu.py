@@ -119,6 +119,43 @@ def test_attention_smem():
         kiln.attention(q.float(), k.float(), v.float(), algo="smem")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_attention_flash_decode(dtype):
+    """algo 'flash_decode', the split-KV decode kernel (sm_90): one query row per head against a
+    KV cache, GQA 4:1, against float64 SDPA; AUTO's pick there (same bits); the same bits from a
+    CUDA graph (a launch in clusters, captured); the backward is FLASH's; refused off sm_90."""
+    q = torch.randn(3, 16, 1, 128, device=DEV, dtype=dtype, requires_grad=True)
+    k = torch.randn(3, 4, 1500, 128, device=DEV, dtype=dtype, requires_grad=True)
+    v = torch.randn(3, 4, 1500, 128, device=DEV, dtype=dtype, requires_grad=True)
+    if CC != (9, 0):
+        with pytest.raises(kiln.KilnError, match="algo FLASH_DECODE cannot run this problem"):
+            kiln.attention(q, k, v, algo="flash_decode")
+        return
+    o = kiln.attention(q, k, v, algo="flash_decode")
+    q64, k64, v64 = (x.detach().double() for x in (q, k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q64, k64.repeat_interleave(4, dim=1), v64.repeat_interleave(4, dim=1))
+    assert rel(o, ref) <= {torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype]
+    assert torch.equal(o, kiln.attention(q, k, v))
+    qs, ks, vs = (x.detach().clone() for x in (q, k, v))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        kiln.attention(qs, ks, vs, algo="flash_decode")
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = kiln.attention(qs, ks, vs, algo="flash_decode")
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static, o)
+    dout = torch.randn_like(o)
+    mine = torch.autograd.grad(kiln.attention(q, k, v, algo="flash_decode"), (q, k, v), dout)
+    flash = torch.autograd.grad(kiln.attention(q, k, v, algo="flash"), (q, k, v), dout)
+    for a, b in zip(mine, flash):
+        assert torch.equal(a, b)
+
+
 # ------------------------------------------------------------------------------------------------
 # opcheck
 # ------------------------------------------------------------------------------------------------

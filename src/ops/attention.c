@@ -6,10 +6,11 @@
  * what was expected and the fix; checked in this order, before anything is read or written):
  *   - ctx non-NULL; opts NULL means kiln_attention_opts_default(). The same opts are checked by
  *     the forward, the backward and the size query:
- *       algo          KILN_ATTENTION_AUTO, _SMEM, _FLASH, _FLASH_MMA_SYNC or _FLASH_WGMMA (else
- *                     INVALID_ARGUMENT); all but AUTO are GPU algorithms: on the CPU context
- *                     they are UNSUPPORTED (as kiln_matmul's explicit algos), AUTO runs the CPU
- *                     path; what a GPU kernel needs beyond this is attention_gpu.c's to check;
+ *       algo          KILN_ATTENTION_AUTO, _SMEM, _FLASH, _FLASH_MMA_SYNC, _FLASH_WGMMA or
+ *                     _FLASH_DECODE (else INVALID_ARGUMENT); all but AUTO are GPU algorithms:
+ *                     on the CPU context they are UNSUPPORTED (as kiln_matmul's explicit
+ *                     algos), AUTO runs the CPU path; what a GPU kernel needs beyond this is
+ *                     attention_gpu.c's to check;
  *       scale         0 (or -0) means 1/sqrt(D), computed as (float)(1 / sqrt((double)D));
  *                     otherwise a finite value > 0. NaN, ±inf and negative values are rejected
  *                     (a negative scale is almost surely a sign error; negate Q instead);
@@ -71,16 +72,18 @@ static const char *algo_name(kiln_attention_algo a) {
   case KILN_ATTENTION_FLASH: return "FLASH";
   case KILN_ATTENTION_FLASH_MMA_SYNC: return "FLASH_MMA_SYNC";
   case KILN_ATTENTION_FLASH_WGMMA: return "FLASH_WGMMA";
+  case KILN_ATTENTION_FLASH_DECODE: return "FLASH_DECODE";
   }
   return "unknown";
 }
 
 static kiln_status check_opts(const kiln_context *ctx, const char *op, const kiln_attention_opts *o) {
   if (o->algo != KILN_ATTENTION_AUTO && o->algo != KILN_ATTENTION_SMEM && o->algo != KILN_ATTENTION_FLASH &&
-      o->algo != KILN_ATTENTION_FLASH_MMA_SYNC && o->algo != KILN_ATTENTION_FLASH_WGMMA)
+      o->algo != KILN_ATTENTION_FLASH_MMA_SYNC && o->algo != KILN_ATTENTION_FLASH_WGMMA &&
+      o->algo != KILN_ATTENTION_FLASH_DECODE)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
-                     "%s: opts->algo is %d; expected KILN_ATTENTION_AUTO, _SMEM, _FLASH, _FLASH_MMA_SYNC or "
-                     "_FLASH_WGMMA",
+                     "%s: opts->algo is %d; expected KILN_ATTENTION_AUTO, _SMEM, _FLASH, _FLASH_MMA_SYNC, "
+                     "_FLASH_WGMMA or _FLASH_DECODE",
                      op, (int)o->algo);
   if (!isfinite(o->scale) || o->scale < 0.0f)
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,

@@ -18,6 +18,9 @@
  * the sm_90a forward's short-sequence configuration (one consumer warpgroup of 64 query rows, two
  * blocks per SM) or says why not; AUTO takes it where it measured faster (short_wins). The
  * backward has one configuration per family: SMEM's is FLASH_WGMMA's.
+ * FLASH_DECODE runs the split-KV decode forward (kernels/attention_decode_sm90.cu: the query heads
+ * of a GQA group packed into 16-row tiles, clusters of blocks splitting the keys) or says why
+ * not; AUTO and FLASH take it where decode_wins; its backward is FLASH's.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -158,7 +161,49 @@ static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const k
 
 /* The kernel family that runs a problem (the sm_90a forward has three configurations: FLASH's,
  * its wide D = 64 one (wide_wins) and SMEM's short-sequence one (short_wins)). */
-typedef enum family { FAMILY_WGMMA, FAMILY_MMA_SYNC, FAMILY_SIMT } family;
+typedef enum family { FAMILY_WGMMA, FAMILY_MMA_SYNC, FAMILY_SIMT, FAMILY_DECODE } family;
+
+/* ---- the split-KV decode forward (kernels/attention_decode_sm90.cu) ------------------------- */
+/* Packed rows of a K/V head: its Hq / Hkv query heads times Sq, in tiles of DEC_ROWS. */
+static int64_t decode_packed(const kiln_attn_args *a) { return (int64_t)(a->hq / a->hkv) * a->sq; }
+static int64_t decode_tiles(const kiln_attn_args *a) {
+  return (decode_packed(a) + KILN_ATTN_DEC_ROWS - 1) / KILN_ATTN_DEC_ROWS;
+}
+/* What the decode kernel needs beyond the tensor-core conditions, or NULL. */
+static const char *decode_misfit(const kiln_context *ctx, const kiln_attn_args *a) {
+  if (ctx->arch != 90) return "it needs an sm_90 GPU (Hopper: H100, H200) for its clusters";
+  if (decode_tiles(a) * KILN_ATTN_DEC_MAX_CLUSTER > (int64_t)INT32_MAX)
+    return "its grid has a block per 16 rows of (query heads of a group) x Sq, at most 2^28 of them";
+  return NULL;
+}
+/* AUTO's and FLASH's choice of the decode kernel, from same-call H200 times against FLASH_WGMMA
+ * (docs/performance.md, "kiln_attention FLASH_DECODE"): where a K/V head's packed rows fit one
+ * tile and there are at least 1024 keys, GQA (4:1, 8:1) ran 1.7-5.7x faster at Sk 1024-32768,
+ * Sq 1 and 4, B 1-32; MHA 1.2-1.4x while B·Hq blocks left SMs idle (B 1, 32 heads) and 0.97x
+ * once they did not (B 8); MHA with 16 queries against 512 keys ran 0.40x. Tuning parameters
+ * (KILN_TUNE_DEFS). */
+#ifndef KILN_ATTN_DEC_MAX_ROWS
+#define KILN_ATTN_DEC_MAX_ROWS 16
+#endif
+#ifndef KILN_ATTN_DEC_MIN_SK
+#define KILN_ATTN_DEC_MIN_SK 1024
+#endif
+static bool decode_wins(const kiln_context *ctx, const kiln_attn_args *a) {
+  const bool gqa = a->hq > a->hkv, idle_sms = (int64_t)a->batch * a->hq < ctx->info.sm_count;
+  return !decode_misfit(ctx, a) && decode_packed(a) <= KILN_ATTN_DEC_MAX_ROWS && a->sk >= KILN_ATTN_DEC_MIN_SK &&
+         (gqa || idle_sms);
+}
+/* Blocks per cluster: enough to fill two blocks per SM (the kernel's loads need that many in
+ * flight), at most what the device fits (ctx->dec_max_cluster, from the occupancy query at
+ * context creation) and the key blocks of a tile. */
+static unsigned decode_cluster(const kiln_context *ctx, const kiln_attn_args *a) {
+  const int64_t blocks = decode_tiles(a) * a->hkv * a->batch, want = 2 * (int64_t)ctx->info.sm_count;
+  const int64_t key_blocks = (a->sk + KILN_ATTN_DEC_BC - 1) / KILN_ATTN_DEC_BC;
+  int64_t cs = (want + blocks - 1) / blocks;
+  if (cs > ctx->dec_max_cluster) cs = ctx->dec_max_cluster;
+  if (cs > key_blocks) cs = key_blocks;
+  return cs < 1 ? 1 : (unsigned)cs;
+}
 
 /* AUTO's choice between the sm_90a forward's two configurations, from same-call H200
  * measurements with the staged epilogue (docs/performance.md, "Attention results through shared
@@ -206,14 +251,32 @@ static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_at
                           family *f) {
   kiln_status st = check_grid(op, a);
   if (st) return st;
+  const bool decode = algo == KILN_ATTENTION_FLASH_DECODE;
   const bool wgmma = algo == KILN_ATTENTION_FLASH_WGMMA || algo == KILN_ATTENTION_SMEM;
-  const bool named = algo == KILN_ATTENTION_FLASH_MMA_SYNC || wgmma;
+  bool named = algo == KILN_ATTENTION_FLASH_MMA_SYNC || wgmma || decode;
   const char *name = algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "FLASH_MMA_SYNC"
                      : algo == KILN_ATTENTION_SMEM         ? "SMEM"
+                     : decode                              ? "FLASH_DECODE"
                                                            : "FLASH_WGMMA";
   if ((st = check_tensor_cores(op, a, name, named))) {
     if (named) return st;
     *f = FAMILY_SIMT;
+    return KILN_OK;
+  }
+  if (decode) {
+    const char *why = decode_misfit(ctx, a);
+    if (why)
+      return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                       "%s: algo FLASH_DECODE cannot run this problem: %s (%s is sm_%d; %d query heads per K/V "
+                       "head, Sq %d); use KILN_ATTENTION_AUTO or _FLASH, which pick the kernel",
+                       op, why, ctx->info.name, ctx->arch, a->hq / a->hkv, a->sq);
+    if (!backward) {
+      *f = FAMILY_DECODE;
+      return KILN_OK;
+    }
+    algo = KILN_ATTENTION_FLASH, named = false; /* the backward of FLASH_DECODE is FLASH's */
+  } else if (!backward && (algo == KILN_ATTENTION_AUTO || algo == KILN_ATTENTION_FLASH) && decode_wins(ctx, a)) {
+    *f = FAMILY_DECODE;
     return KILN_OK;
   }
   const char *over128 = backward                     ? "its backward takes head dims up to 128"
@@ -252,6 +315,14 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
   if (st) return st;
   if (f == FAMILY_SIMT) return launch_simt(ctx, op, a, KILN_K_ATTN_SIMT_FWD_R32, stream);
   const int dp = padded_dim(a->d);
+  if (f == FAMILY_DECODE) { /* tile_m is 0: only FLASH_WGMMA takes another (attention.c) */
+    const unsigned cs = decode_cluster(ctx, a);
+    kiln_attn_args args = *a;
+    void *params[] = {&args};
+    return kiln_launch_cluster(ctx, family_kernel(KILN_K_ATTN_FWD_DEC_f16_D64, KILN_K_ATTN_FWD_DEC_bf16_D64, a),
+                               (unsigned)decode_tiles(a) * cs, (unsigned)a->hkv, (unsigned)a->batch, cs,
+                               KILN_ATTN_DEC_THREADS, (unsigned)KILN_ATTN_DEC_SMEM_BYTES(dp), stream, params, op);
+  }
   if (f == FAMILY_WGMMA) {
     if (tile_m == 192 && dp != 64)
       return kiln_fail(KILN_ERROR_UNSUPPORTED,

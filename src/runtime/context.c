@@ -122,6 +122,22 @@ static kiln_status load_kernels(kiln_context *ctx) {
       ctx->wg_pair_clusters = clusters;
   }
 #endif
+  /* The decode attention kernels' clusters (sized per launch, kiln_launch_cluster): the largest
+   * size up to KILN_ATTN_DEC_MAX_CLUSTER of which one cluster of the D = 256 kernel (the most
+   * shared memory: one block per SM) fits in a GPC. A failed query leaves 1: no split. */
+  ctx->dec_max_cluster = 1;
+  for (unsigned cs = KILN_ATTN_DEC_MAX_CLUSTER; ctx->arch == 90 && cs > 1; cs /= 2) {
+    kiln_launch_attr attr = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, .value.cluster = {cs, 1, 1}};
+    CUlaunchConfig cfg = {.gridDimX = cs, .gridDimY = 1, .gridDimZ = 1, .blockDimX = KILN_ATTN_DEC_THREADS,
+                          .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = KILN_ATTN_DEC_SMEM_BYTES(256),
+                          .attrs = &attr, .numAttrs = 1};
+    int clusters = 0;
+    if (cu->cuOccupancyMaxActiveClusters(&clusters, ctx->fn[KILN_K_ATTN_FWD_DEC_f16_D256], &cfg) == CUDA_SUCCESS &&
+        clusters > 0) {
+      ctx->dec_max_cluster = (int)cs;
+      break;
+    }
+  }
   return KILN_OK;
 }
 
@@ -262,6 +278,16 @@ kiln_status kiln_launch_dependent(const kiln_context *ctx, kiln_kernel_id id, un
                                   unsigned smem_bytes, CUstream stream, void **args, const char *who) {
   kiln_launch_attr attr = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, .value.allowed = 1};
   const CUlaunchConfig cfg = {.gridDimX = gx, .gridDimY = 1, .gridDimZ = 1, .blockDimX = block, .blockDimY = 1,
+                              .blockDimZ = 1, .sharedMemBytes = smem_bytes, .hStream = stream, .attrs = &attr,
+                              .numAttrs = 1};
+  return launch_result(ctx, ctx->cu->cuLaunchKernelEx(&cfg, ctx->fn[id], args, NULL), who, "cuLaunchKernelEx");
+}
+
+kiln_status kiln_launch_cluster(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned gy, unsigned gz,
+                                unsigned cluster_x, unsigned block, unsigned smem_bytes, CUstream stream, void **args,
+                                const char *who) {
+  kiln_launch_attr attr = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, .value.cluster = {cluster_x, 1, 1}};
+  const CUlaunchConfig cfg = {.gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = block, .blockDimY = 1,
                               .blockDimZ = 1, .sharedMemBytes = smem_bytes, .hStream = stream, .attrs = &attr,
                               .numAttrs = 1};
   return launch_result(ctx, ctx->cu->cuLaunchKernelEx(&cfg, ctx->fn[id], args, NULL), who, "cuLaunchKernelEx");

@@ -85,8 +85,9 @@ enum {
 };
 
 /* cuLaunchKernelEx's launch configuration (CUDA 12): for the occupancy query below (no
- * attributes: the cluster kernels carry their cluster shape), and for launches as a programmatic
- * dependent of the stream's previous kernel (kiln_launch_dependent). */
+ * attributes: the pair kernels carry their cluster shape), for launches as a programmatic
+ * dependent of the stream's previous kernel (kiln_launch_dependent), and for clusters whose size
+ * the host chooses (kiln_launch_cluster). */
 typedef struct CUlaunchConfig {
   unsigned int gridDimX, gridDimY, gridDimZ;
   unsigned int blockDimX, blockDimY, blockDimZ;
@@ -97,14 +98,17 @@ typedef struct CUlaunchConfig {
 } CUlaunchConfig;
 
 /* CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value (here one int: programmatic
- * stream serialization allowed). */
-enum { CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+ * stream serialization allowed; or three: a cluster's dimensions). */
+enum { CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
 typedef struct kiln_launch_attr {
   int id;
   char pad[4];
   union {
     char bytes[64];
     int allowed;
+    struct {
+      unsigned x, y, z;
+    } cluster;
   } value;
 } kiln_launch_attr;
 

@@ -54,6 +54,7 @@ struct kiln_context {
   CUlibrary libraries[KILN_MAX_IMAGES];
   CUfunction fn[KILN_KERNEL_COUNT > 0 ? KILN_KERNEL_COUNT : 1];
   int wg_pair_clusters; /* 2-CTA clusters of the WGMMA pair kernels resident at once; 0: none */
+  int dec_max_cluster;  /* blocks per cluster the decode attention kernels may take; 1: no split */
 };
 
 /* Makes ctx's primary context current on this thread for the duration of a call; leave() restores
@@ -74,6 +75,12 @@ kiln_status kiln_launch(const kiln_context *ctx, kiln_kernel_id id, unsigned gx,
  * (sm90::pdl_launch_dependents). */
 kiln_status kiln_launch_dependent(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned block,
                                   unsigned smem_bytes, CUstream stream, void **args, const char *who);
+
+/* The same as kiln_launch in clusters of cluster_x x 1 x 1 blocks (sm_90+; gx a multiple of
+ * cluster_x), a size chosen at launch rather than compiled into the kernel. */
+kiln_status kiln_launch_cluster(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned gy, unsigned gz,
+                                unsigned cluster_x, unsigned block, unsigned smem_bytes, CUstream stream, void **args,
+                                const char *who);
 
 /* The embedded fatbins, one per kernels/NAME.cu file, in the assembler file and table that CMake
  * generates (build/kernel_images.S, build/kernel_images.c); none when built without nvcc. */

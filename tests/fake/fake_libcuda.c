@@ -112,7 +112,8 @@ static size_t memory_limit(void) { return is_mode("oom") ? FAKE_OOM_MEMORY : FAK
 
 /* Everything below is guarded by one lock (kiln may call from several threads). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int initialized, primary_retains, library_loads, live_libraries, live_streams, live_events, tensor_maps;
+static int initialized, primary_retains, library_loads, live_libraries, live_streams, live_events, tensor_maps,
+    clustered_launches;
 static int retains[FAKE_MAX_DEVICES], launches[FAKE_MAX_DEVICES]; /* per device */
 
 /* Device allocations: a list of (pointer, size). */
@@ -645,8 +646,10 @@ static CUresult fake_launch(void *fn, unsigned gx, unsigned gy, unsigned gz, uns
                             unsigned smem, void *stream, void **params, void **extra) {
   LOCKED(launch(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra));
 }
-/* cuLaunchKernelEx's configuration and its attributes (kiln sends at most programmatic stream
- * serialization, id 6, value 0 or 1) */
+/* cuLaunchKernelEx's configuration and its attributes (kiln sends programmatic stream
+ * serialization, id 6, value 0 or 1, or a cluster's dimensions, id 4: x of 1..8 (the portable
+ * cluster size of a real sm_90; FAKE_CUDA_MAX_CLUSTER lowers it) that divides the grid's x,
+ * y = z = 1) */
 typedef struct {
   unsigned gx, gy, gz, bx, by, bz, smem;
   void *stream;
@@ -659,8 +662,15 @@ typedef struct {
 } launch_config;
 static CUresult launch_ex(const launch_config *c, void *fn, void **params, void **extra) {
   if (!c || (c->n_attrs && !c->attrs)) return E_INVALID_VALUE;
-  for (unsigned i = 0; i < c->n_attrs; i++)
-    if (c->attrs[i].id != 6 || (c->attrs[i].value[0] != 0 && c->attrs[i].value[0] != 1)) return E_INVALID_VALUE;
+  for (unsigned i = 0; i < c->n_attrs; i++) {
+    const int *v = c->attrs[i].value;
+    if (c->attrs[i].id == 4) {
+      if (v[0] < 1 || v[0] > env_int("FAKE_CUDA_MAX_CLUSTER", 8) || v[1] != 1 || v[2] != 1 || c->gx % (unsigned)v[0])
+        return E_INVALID_VALUE;
+      clustered_launches++;
+    } else if (c->attrs[i].id != 6 || (v[0] != 0 && v[0] != 1))
+      return E_INVALID_VALUE;
+  }
   return launch(fn, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->smem, c->stream, params, extra);
 }
 static CUresult fake_launch_ex(const launch_config *c, void *fn, void **params, void **extra) {
@@ -800,15 +810,20 @@ static CUresult event_elapsed(float *ms, void *start, void *end) {
 static CUresult fake_event_elapsed(float *ms, void *start, void *end) { LOCKED(event_elapsed(ms, start, end)); }
 static CUresult fake_event_destroy(void *event) { LOCKED(handle_release(events, &live_events, event)); }
 
-static CUresult occupancy_clusters(int *clusters, void *fn, const void *config) {
+static CUresult occupancy_clusters(int *clusters, void *fn, const launch_config *config) {
   CUresult r = need_context();
   if (r != OK) return r;
   if (handle_find(libraries, (uintptr_t)fn) < 0) return E_INVALID_HANDLE;
-  if (!clusters || !config) return E_INVALID_VALUE;
-  *clusters = 66;
+  if (!clusters || !config || (config->n_attrs && !config->attrs)) return E_INVALID_VALUE;
+  int size = 2; /* the pair kernels carry theirs */
+  for (unsigned i = 0; i < config->n_attrs; i++)
+    if (config->attrs[i].id == 4) size = config->attrs[i].value[0];
+  if (size < 1 || size > 8) return E_INVALID_VALUE; /* beyond 8 the kernel must allow non-portable sizes */
+  /* FAKE_CUDA_MAX_CLUSTER: the largest cluster a GPC of the fake device holds (default 8) */
+  *clusters = size > env_int("FAKE_CUDA_MAX_CLUSTER", 8) ? 0 : sm_count() / size;
   return OK;
 }
-static CUresult fake_occupancy_clusters(int *clusters, void *fn, const void *config) {
+static CUresult fake_occupancy_clusters(int *clusters, void *fn, const launch_config *config) {
   LOCKED(occupancy_clusters(clusters, fn, config));
 }
 /* Bytes of an element of CUtensorMapDataType `dtype` (UINT8 .. TFLOAT32_FTZ), 0 for anything else. */
@@ -963,6 +978,8 @@ EXPORT int fake_cuda_live_streams(void) { return read_counter(&live_streams); }
 EXPORT int fake_cuda_live_events(void) { return read_counter(&live_events); }
 /* TMA descriptors encoded (which tells a test the path a call took). */
 EXPORT int fake_cuda_tensor_maps(void) { return read_counter(&tensor_maps); }
+/* Launches in clusters whose size kiln chose (cuLaunchKernelEx's cluster attribute). */
+EXPORT int fake_cuda_clustered_launches(void) { return read_counter(&clustered_launches); }
 /* Kernel launches on device 0 and on device 1. */
 EXPORT int fake_cuda_launches_0(void) { return read_counter(&launches[0]); }
 EXPORT int fake_cuda_launches_1(void) { return read_counter(&launches[1]); }

@@ -190,7 +190,8 @@ static int64_t pair_work(const DLTensor *a, const DLTensor *b) {
 static void fuzz_attention(kiln_context *ctx, reader *r, const DLTensor *const t[9]) {
   kiln_attention_opts o = kiln_attention_opts_default();
   const uint8_t a = (uint8_t)take(r, 1), sc = (uint8_t)take(r, 1);
-  o.algo = (kiln_attention_algo)(a % 5 == 4 ? 7 : a % 5 == 3 ? 1 : 0); /* mostly AUTO, sometimes SMEM or bad */
+  /* mostly AUTO, sometimes SMEM, FLASH_DECODE or bad */
+  o.algo = (kiln_attention_algo)(a % 5 == 4 ? ((a & 0x80) ? 5 : 7) : a % 5 == 3 ? 1 : 0);
   o.causal = (a >> 3) % 3;                                                 /* 2 is invalid */
   o.deterministic = (a >> 5) & 1;
   o.scale = sc == 255 ? __builtin_nanf("") : sc == 254 ? -1.0f : (float)sc / 32.0f;
