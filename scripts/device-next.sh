@@ -45,7 +45,7 @@
 # Logs: $OUT/next-MODE.tgz (one file), and a summary on stdout.
 set -u
 unset LD_LIBRARY_PATH # each build's programs load their own libkiln.so (RUNPATH $ORIGIN/..)
-mode=${1:?usage: device-next.sh qweight HEAD | paired HEAD | p18 RUNG BASE | verify HEAD | d256 HEAD | decode HEAD | p17 RUNG MAIN}
+mode=${1:?usage: device-next.sh sk HEAD | skbench HEAD | qweight HEAD | paired HEAD | p18 RUNG BASE | verify HEAD | d256 HEAD | decode HEAD | p17 RUNG MAIN}
 L=/tmp/next-$mode
 rm -rf "$L" && mkdir -p "$L"
 memcheck() { # memcheck PROGRAM FILTER LOG
@@ -54,6 +54,42 @@ memcheck() { # memcheck PROGRAM FILTER LOG
   echo "memcheck $(basename "$1") --filter '$2': exit $rc ($(grep -m1 -E 'ERROR SUMMARY' "$3"))"
 }
 case $mode in
+sk)
+  # stream-K of the WGMMA GEMM (issue 4): its GPU test, memcheck of it, every matmul and int8
+  # test (the int8 GEMM shares the template), then paired ratios against cuBLAS with and
+  # without the split (--stream-k both: each row paired with cuBLAS in its own rounds)
+  H=$2
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  timeout 120 "$H/tests/test_gpu_matmul" --filter wgmma_stream_k >"$L/stream-k.log" 2>&1
+  echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
+  memcheck "$H/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  timeout 90 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo auto --dtype all --paired --stream-k both \
+    --reps 40 >"$L/matmul-paired-4096.txt" 2>&1
+  echo "kiln-bench matmul --paired --stream-k both (4096^3): exit $?"; grep -E '^matmul ' "$L/matmul-paired-4096.txt"
+  if [ -n "${3:-}" ]; then # BASE: main's build, the same rows
+    timeout 60 "$3/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo auto --dtype all --paired \
+      --reps 40 >"$L/matmul-paired-4096-base.txt" 2>&1
+    echo "BASE kiln-bench matmul --paired (4096^3): exit $?"; grep -E '^matmul ' "$L/matmul-paired-4096-base.txt"
+  fi
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  for t in test_gpu_matmul test_gpu_int8; do
+    s=$(date +%s)
+    timeout 200 "$H/tests/$t" >"$L/$t.log" 2>&1
+    echo "$t: exit $? in $(($(date +%s) - s)) s: $(grep -E 'PASSED|FAILED|SKIP' "$L/$t.log" | tr '\n' ' ')"
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+skbench)
+  # the paired table of issue 4 with and without stream-K (about 5 minutes)
+  H=$2
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  timeout 500 "$H/tools/kiln-bench" matmul --shape 1024x1024x1024 --shape 2048x2048x2048 --shape 4096x4096x4096 \
+    --shape 8192x8192x8192 --algo auto --dtype all --paired --stream-k both --reps 60 --json "$L/matmul-paired.json" \
+    >"$L/matmul-paired.txt" 2>&1
+  echo "kiln-bench matmul --paired --stream-k both: exit $?"; grep -E '^matmul ' "$L/matmul-paired.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
 verify)
   H=$2
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
