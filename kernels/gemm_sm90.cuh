@@ -345,6 +345,7 @@ struct WgmmaS8 {
  * sk.items items. Block c of G takes a run of the S = sk.items · nk slices (item-major, k inner;
  * sk_begin), so every block does the same number of slices give or take one; a run
  * is cut into units at tile boundaries. The producer and the consumers walk the same units. */
+template <bool SK>
 struct Walk {
   int item, step, dp_end, nk;
   int g, g_end; /* this block's stream-K slices still to walk */
@@ -355,7 +356,7 @@ struct Walk {
       item += step;
       return true;
     }
-    if (g >= g_end) return false;
+    if (!SK || g >= g_end) return false;
     it_item = dp_end + g / nk, kb = g % nk;
     ke = min(nk, kb + (g_end - g));
     g += ke - kb;
@@ -415,12 +416,15 @@ KILN_DEVICE void sk_take(Acc (&d)[BN / 2], const kiln_stream_k &sk, int block, i
 #define KILN_GEMM_STORE_PROBE 0
 #endif
 
-template <class T, bool A_K, bool B_K, int BN, int CLUSTER>
+/* SK: the kernel walks stream-K units too (kiln_stream_k; a kernel of its own, so that the
+ * plain walk's code stays as it was) */
+template <class T, bool A_K, bool B_K, int BN, int CLUSTER, bool SK>
 __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMap *map_a, const CUtensorMap *map_b,
                                      const CUtensorMap *map_c) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int STAGES = KILN_GEMM_WG_STAGES(BN), BK = ROW / T::ELEM; /* K elements per slice */
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && BN >= 128), "a cluster pair splits B in halves of 64+ columns");
+  static_assert(!SK || CLUSTER == 1, "stream-K is for single CTAs");
   constexpr int A_BYTES = BM * ROW, B_BYTES = BN * ROW, STAGE_BYTES = A_BYTES + B_BYTES;
   static_assert(BN == 256 || BN == 128 || BN == 64, "wgmma.cuh has widths 256, 128, 64");
   static_assert(KILN_GEMM_WG_SMEM_BYTES(BN) >= STAGES * STAGE_BYTES + 1024 + 1024 + KILN_GEMM_WG_STAGE_C_BYTES,
@@ -439,11 +443,10 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
   const int rank = CLUSTER > 1 ? (int)cluster_ctarank() : 0;
   const int items = ((p.m + BM * CLUSTER - 1) / (BM * CLUSTER)) * ((p.n + BN - 1) / BN), total = items * p.batch;
   const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
-  /* stream-K (single CTAs only; the host leaves sk.items 0 for pairs): the whole items first,
-   * then this block's run of slices over the last sk.items items */
-  const int sk_slices = p.sk.items * nk;
-  const Walk walk0 = {first, step, total - p.sk.items, nk, sk_begin(blockIdx.x, sk_slices, gridDim.x),
-                      sk_begin(blockIdx.x + 1, sk_slices, gridDim.x)};
+  /* with SK: the whole items first, then this block's run of slices over the last sk.items items */
+  const int sk_items = SK ? p.sk.items : 0, sk_slices = sk_items * nk;
+  const Walk<SK> walk0 = {first, step, total - sk_items, nk, SK ? sk_begin(blockIdx.x, sk_slices, gridDim.x) : 0,
+                          SK ? sk_begin(blockIdx.x + 1, sk_slices, gridDim.x) : 0};
 
   /* Launched as a programmatic dependent (single CTAs, kiln_wgmma_launch): the next kernel may
    * start launching now (the grid is one resident wave), and no thread touches global memory
@@ -465,7 +468,7 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
     if (t == 0) {
       int it = 0, item, kb, ke;
       const bool a3 = p.a_bs != 0, b3 = p.b_bs != 0;
-      for (Walk walk = walk0; walk.next(item, kb, ke);) {
+      for (Walk<SK> walk = walk0; walk.next(item, kb, ke);) {
         int tm, tn;
         const int b = item / items;
         tile_coords(p.m, p.n, T::group_m(p), item % items, BM * CLUSTER, BN, tm, tn);
@@ -502,7 +505,7 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
     uint8_t *stage = smem + STAGES * STAGE_BYTES + 1024 + cw * (KILN_GEMM_WG_STAGE_C_BYTES / 2);
     typename T::Acc d[BN / 2];
     int it = 0, item, kb, ke;
-    for (Walk walk = walk0; walk.next(item, kb, ke);) {
+    for (Walk<SK> walk = walk0; walk.next(item, kb, ke);) {
       int tm, tn;
       const int b = item / items;
       tile_coords(p.m, p.n, T::group_m(p), item % items, BM * CLUSTER, BN, tm, tn);
@@ -529,11 +532,11 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
       }
       wgmma_wait<0>();
       if (slices > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
-      if (kb > 0) { /* the tail of a stream-K tile: its partial goes to the block holding the head */
+      if (SK && kb > 0) { /* the tail of a stream-K tile: its partial goes to the block holding the head */
         sk_put<BN>(d, p.sk, blockIdx.x, cw, t);
         continue;
       }
-      if (ke < nk) { /* the head of a stream-K tile: add the later blocks' parts, in block order */
+      if (SK && ke < nk) { /* the head of a stream-K tile: add the later blocks' parts, in block order */
         const int tile_end = (item - walk0.dp_end + 1) * nk;
         for (int j = blockIdx.x + 1; j < (int)gridDim.x && sk_begin(j, sk_slices, gridDim.x) < tile_end; j++)
           if (sk_begin(j + 1, sk_slices, gridDim.x) > sk_begin(j, sk_slices, gridDim.x)) sk_take<BN>(d, p.sk, j, cw, t);
@@ -559,11 +562,11 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
 } /* namespace kiln */
 
 /* An exported kernel: trait T, whose argument struct is args_t; A / B k-major or not; tile width. */
-#define KILN_WGMMA_ENTRY(name, T, args_t, ak, bk, bn, cluster, attrs)                                           \
+#define KILN_WGMMA_ENTRY(name, T, args_t, ak, bk, bn, cluster, sk, attrs)                                       \
   extern "C" __global__ void __launch_bounds__(KILN_GEMM_WG_THREADS, 1) attrs                                   \
       name(const args_t args, const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, \
            const __grid_constant__ CUtensorMap map_c) {                                                         \
-    kiln::sm90::gemm<T, ak, bk, bn, cluster>(args, &map_a, &map_b, &map_c);                                     \
+    kiln::sm90::gemm<T, ak, bk, bn, cluster, sk>(args, &map_a, &map_b, &map_c);                                 \
   }
 #define KILN_NO_ATTRS /* an empty attribute list */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* sm_80/89 images: trap stubs, no clusters there */

@@ -64,14 +64,17 @@ sk)
   echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
   memcheck "$H/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
-  timeout 90 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo auto --dtype all --paired --stream-k both \
-    --reps 40 >"$L/matmul-paired-4096.txt" 2>&1
-  echo "kiln-bench matmul --paired --stream-k both (4096^3): exit $?"; grep -E '^matmul ' "$L/matmul-paired-4096.txt"
-  if [ -n "${3:-}" ]; then # BASE: main's build, the same rows
-    timeout 60 "$3/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo auto --dtype all --paired \
-      --reps 40 >"$L/matmul-paired-4096-base.txt" 2>&1
-    echo "BASE kiln-bench matmul --paired (4096^3): exit $?"; grep -E '^matmul ' "$L/matmul-paired-4096-base.txt"
-  fi
+  for round in 1 2; do # HEAD and BASE (main's build) interleaved: the plain walk must not have slowed
+    for b in "$H" ${3:-}; do
+      timeout 60 "$b/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo auto --dtype all --paired \
+        --reps 40 >"$L/matmul-paired-4096-$round-$(basename "$b").txt" 2>&1
+      echo "$(basename "$b") round $round kiln-bench matmul --paired 4096^3: exit $?"
+      grep -E '^matmul ' "$L/matmul-paired-4096-$round-$(basename "$b").txt"
+    done
+  done
+  timeout 150 "$H/tools/kiln-bench" matmul --shape 8192x8192x8192 --algo auto --dtype all --paired --stream-k both \
+    --reps 40 >"$L/matmul-paired-8192.txt" 2>&1
+  echo "kiln-bench matmul --paired --stream-k both (8192^3): exit $?"; grep -E '^matmul ' "$L/matmul-paired-8192.txt"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   for t in test_gpu_matmul test_gpu_int8; do
     s=$(date +%s)

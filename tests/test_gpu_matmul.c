@@ -804,10 +804,11 @@ static void wgmma_tile_widths(void **state) {
   if (failures) fail_msg("%d of %d products failed (listed above)", failures, runs);
 }
 
-/* Stream-K (opts.stream_k 1): the walk's last, partial wave dealt out as runs of K slices, with
- * tiles split over 2 to ~8 blocks (fewer tiles than SMs), blocks left without slices (8 tiles
- * of 8 slices for 132 SMs), batches, ragged edges, K of 2 slices, every layout, f16 and bf16,
- * f32 and bf16 C; then the same product twice, bit for bit, and the workspace query's answers. */
+/* Stream-K (opts.stream_k 1, tiles 128 x 256): the walk's last, partial wave dealt out as runs of
+ * K slices, with tiles split over up to ~15 blocks (9 tiles of 16 slices), blocks left without
+ * slices (8 tiles of 8 slices after two full waves; 32 tiles of 2), batches, ragged edges, every
+ * layout, f16 and bf16, f32 and bf16 C; then the same product twice, bit for bit, and the
+ * workspace query's answers. */
 static void wgmma_stream_k(void **state) {
   (void)state;
   if (!g_has_wgmma) skip();
@@ -816,8 +817,8 @@ static void wgmma_stream_k(void **state) {
   const struct {
     int tile_n;
     int64_t batch, M, N, K;
-  } shapes[] = {{64, 1, 300, 700, 1000}, {128, 1, 1100, 1000, 200}, {256, 3, 517, 1300, 333},
-                {256, 1, 2112, 4096, 512}, {64, 1, 1000, 1000, 100}};
+  } shapes[] = {{256, 1, 300, 700, 1000}, {256, 1, 1100, 1000, 200}, {256, 3, 517, 1300, 333},
+                {256, 1, 2112, 4096, 512}, {256, 1, 1000, 1000, 100}};
   const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
   DLManagedTensorVersioned *ws = NULL;
   const int64_t ws_len = 24 << 20; /* above what 132 SMs take at tile width 256 (17 MB) */
@@ -870,7 +871,7 @@ static void wgmma_stream_k(void **state) {
   dbuf_upload(&C1, g_stream, 1);
   dbuf_upload(&C2, g_stream, 1);
   kiln_matmul_opts o = kiln_matmul_opts_default();
-  o.algo = KILN_MATMUL_WGMMA, o.stream_k = 1, o.tile_n = 128;
+  o.algo = KILN_MATMUL_WGMMA, o.stream_k = 1, o.tile_n = 256;
   size_t need = 0;
   assert_kiln_ok(kiln_matmul_workspace_size(g_ctx, &A.t, &B.t, &C1.t, &o, &need));
   assert_true(need > 0 && need <= g_ws_bytes);
@@ -891,7 +892,7 @@ static void wgmma_stream_k(void **state) {
   o.stream_k = -1;
   assert_kiln_ok(kiln_matmul_workspace_size(g_ctx, &A.t, &B.t, &C1.t, &o, &need));
   assert_int_equal(need, 0);
-  o.stream_k = 0; /* 72 tiles on a GPU of 72+ SMs: one partial wave, which the rule leaves alone */
+  o.stream_k = 0; /* 36 tiles: one partial wave on a GPU of 36+ SMs, which the rule leaves alone */
   assert_kiln_ok(kiln_matmul_workspace_size(g_ctx, &A.t, &B.t, &C1.t, &o, &need));
   assert_int_equal(need, 0);
   assert_kiln_ok(kiln_stream_synchronize(g_ctx, g_stream));

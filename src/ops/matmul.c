@@ -70,10 +70,12 @@ static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matm
 }
 
 /* The kernel for an algo, dtype and layout; kernel_list.h orders each group kk, kn, mk, mn. */
-static kiln_kernel_id gemm_kernel(kiln_matmul_algo algo, int wg_bn, bool wg_pair, bool bf16, bool a_k, bool b_k,
-                                  bool aligned) {
+static kiln_kernel_id gemm_kernel(kiln_matmul_algo algo, int wg_bn, bool wg_pair, bool wg_sk, bool bf16, bool a_k,
+                                  bool b_k, bool aligned) {
   kiln_kernel_id base;
-  if (algo == KILN_MATMUL_WGMMA && wg_pair)
+  if (algo == KILN_MATMUL_WGMMA && wg_sk)
+    base = bf16 ? KILN_K_GEMM_wgmma256k_bf16_KK : KILN_K_GEMM_wgmma256k_f16_KK;
+  else if (algo == KILN_MATMUL_WGMMA && wg_pair)
 #if KILN_WGMMA_PAIRS
     base = bf16 ? KILN_K_GEMM_wgmma256c_bf16_KK : KILN_K_GEMM_wgmma256c_f16_KK;
 #else
@@ -232,7 +234,6 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
    * when there are two or more tile rows to pair up (off by default: docs/performance.md). */
   const int64_t tiles_m = (A.rows + bm - 1) / bm;
   const bool wg_pair = wg && wg_bn == 256 && tiles_m >= 2 && ctx->wg_pair_clusters > 0 && KILN_WGMMA_PAIRS;
-  const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, wg_pair, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
   if (wg) {
     const int64_t items = wg_pair ? (tiles_m + 1) / 2 * (tiles / tiles_m) * batch : tiles * batch;
     /* single CTAs: C through shared memory and TMA stores where it can (kiln_wgmma_c_staged) */
@@ -241,10 +242,13 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
       kiln_status st = gemm_stream_k(ctx, op, ws, items, A.cols, wg_bn, &A, &B, &C, &args.sk);
       if (st || ws->need) return st;
     }
-    return kiln_wgmma_launch(ctx, op, kernel, &A, &B, args.c_staged ? &C : NULL, wg_bn, wg_pair, items,
-                             args.sk.items > 0, &args, stream);
+    const bool sk = args.sk.items > 0;
+    const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, wg_pair, sk, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
+    return kiln_wgmma_launch(ctx, op, kernel, &A, &B, args.c_staged ? &C : NULL, wg_bn, wg_pair, items, sk, &args,
+                             stream);
   }
   if (ws && ws->need) return KILN_OK;
+  const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, wg_pair, false, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
   const unsigned smem = (unsigned)KILN_GEMM_SMEM_BYTES(stages, bm, bn, bk, a_k, b_k);
   void *params[] = {&args};
   return kiln_launch(ctx, kernel, (unsigned)tiles, 1, gz, KILN_GEMM_THREADS, smem, stream, params, op);

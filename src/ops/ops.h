@@ -69,10 +69,9 @@ kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kern
                               const kiln_matrix *B, const kiln_matrix *C, int bn, bool pair, int64_t items,
                               bool stream_k, void *args, CUstream stream);
 /* Stream-K of a WGMMA walk of single CTAs (kiln_stream_k in kiln_abi.h): how many of its `items`
- * work items (of nk K slices each, tile width bn) go by slices, and the workspace that takes.
- * mode 0 (per shape): when the last wave would leave 1/16 or more of the SMs idle and there are
- * at least two full waves' worth before it; 1: whenever the last wave is partial (tests,
- * tuning); -1: never. items 0: none. */
+ * work items (of nk K slices each, tile width bn: 256 only) go by slices, and the workspace that
+ * takes. mode 0 (per shape): where the longest block saves enough slices (wgmma.c); 1: whenever
+ * the last wave is partial (tests, tuning); -1: never. items 0: none. */
 typedef struct kiln_wgmma_sk {
   int64_t items;
   size_t bytes;

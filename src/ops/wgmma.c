@@ -112,17 +112,24 @@ static kiln_status wgmma_c_map(const kiln_context *ctx, const char *op, const ki
 static int64_t wgmma_slots(const kiln_context *ctx) { return ctx->info.sm_count > 0 ? ctx->info.sm_count : 1; }
 
 /* Why stream-K: with one block per SM, a walk of T tiles on G SMs takes ceil(T / G) tile times,
- * so at 4096^3 (512 tiles of 128 x 256 on 132 SMs) the last wave leaves 16 SMs idle for a
- * quarter of the run (3 % of the GEMM). Dealing the last T mod G tiles out as even runs of K
- * slices instead makes every block's work equal to within one slice; what it costs is one
- * partial per block written and read through L2 and a wait for it. A last wave that is nearly
- * full gains less than that costs, and with fewer than two full waves before it every tile of
- * the walk would be split. docs/performance.md has the measurements. */
+ * so at 8192^3 (2048 tiles of 128 x 256 on 132 SMs) the last wave leaves 64 SMs idle for a
+ * sixteenth of the run. Dealing the last T mod G tiles out as even runs of K slices instead
+ * makes every block's work equal to within one slice: the longest block does nk - ceil(rest ·
+ * nk / G) slices fewer. What it costs is a 128 x 256 partial (128 KB) a block written and read
+ * through L2, about all blocks at once: on the H200 that measured 10-14 us, the time of 13-18
+ * 128 x 256 x 64 slices (4096^3: 7 slices saved, 2-4 % slower; 8192^3: 62 saved, ~2 % faster;
+ * docs/performance.md). Hence the rule: at least KILN_WGMMA_SK_MIN_SLICES saved, after at least
+ * one full wave (a walk of fewer tiles than SMs would split every tile). Only the 256-wide
+ * tiles have the kernels (wgmma256k). */
+#ifndef KILN_WGMMA_SK_MIN_SLICES
+#define KILN_WGMMA_SK_MIN_SLICES 24
+#endif
 kiln_wgmma_sk kiln_wgmma_stream_k(const kiln_context *ctx, int64_t items, int64_t nk, int bn, int mode) {
   kiln_wgmma_sk plan = {0, 0, 0};
   const int64_t grid = wgmma_slots(ctx), rest = items % grid, waves = items / grid;
-  const bool pays = waves >= 2 && (grid - rest) * 16 >= grid && nk >= 8;
-  if (mode < 0 || rest == 0 || nk < 2 || rest * nk > INT32_MAX || (mode == 0 && !pays)) return plan;
+  const int64_t saved = nk - (rest * nk + grid - 1) / grid;
+  const bool pays = waves >= 1 && saved >= KILN_WGMMA_SK_MIN_SLICES;
+  if (mode < 0 || bn != 256 || rest == 0 || nk < 2 || rest * nk > INT32_MAX || (mode == 0 && !pays)) return plan;
   plan.items = rest, plan.tile_n = bn;
   const size_t flags = ((size_t)grid * 2 * sizeof(uint64_t) + 255) & ~(size_t)255;
   plan.bytes = flags + (size_t)grid * KILN_GEMM_WG_BM * (size_t)bn * 4; /* 2 warpgroups x 64 rows x bn, 4 bytes */
