@@ -84,13 +84,13 @@ sk)
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 skbench)
-  # the paired table of issue 4 with and without stream-K (about 5 minutes)
+  # the LLM shapes that AUTO splits (M 2048 and 8192), with and without stream-K, f16 (about 3 minutes)
   H=$2
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
-  timeout 500 "$H/tools/kiln-bench" matmul --shape 1024x1024x1024 --shape 2048x2048x2048 --shape 4096x4096x4096 \
-    --shape 8192x8192x8192 --algo auto --dtype all --paired --stream-k both --reps 60 --json "$L/matmul-paired.json" \
-    >"$L/matmul-paired.txt" 2>&1
-  echo "kiln-bench matmul --paired --stream-k both: exit $?"; grep -E '^matmul ' "$L/matmul-paired.txt"
+  timeout 400 "$H/tools/kiln-bench" matmul --shape 8192x12288x4096 --shape 8192x28672x8192 --shape 8192x8192x28672 \
+    --shape 2048x28672x8192 --shape 2048x8192x28672 --shape 8192x4096x4096 --algo auto --dtype f16 --paired \
+    --stream-k both --reps 10 --json "$L/matmul-llm-paired.json" >"$L/matmul-llm-paired.txt" 2>&1
+  echo "kiln-bench matmul (LLM shapes) --paired --stream-k both: exit $?"; grep -E '^matmul ' "$L/matmul-llm-paired.txt"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 verify)

@@ -179,10 +179,16 @@ static void int8_paths(kiln_context *ctx) {
                                           &y[1]->dl_tensor, &y[2]->dl_tensor, &q, NULL),
                     KILN_ERROR_WORKSPACE, "kiln_qkv_project_int8: algo KILN_QKV_PREFILL needs 24576 bytes",
                     "(workspace NULL)", "kiln_qkv_project_int8_workspace_size");
-  q.workspace = b->dl_tensor.data, q.workspace_bytes = bytes;
-  assert_kiln_fails(kiln_qkv_project_int8(ctx, &x->dl_tensor, B, B, B, &sv, &sv, &sv, &y[0]->dl_tensor,
-                                          &y[1]->dl_tensor, &y[2]->dl_tensor, &q, NULL),
+  /* a workspace over the weights' own buffer (an arena of twice the workspace: the span must not
+   * reach into whatever the allocator placed after the weight, e.g. x under valgrind) */
+  DLManagedTensorVersioned *arena = empty(ctx, I8, 2, (int64_t)bytes);
+  DLTensor in_arena = *B;
+  in_arena.data = arena->dl_tensor.data;
+  q.workspace = arena->dl_tensor.data, q.workspace_bytes = bytes;
+  assert_kiln_fails(kiln_qkv_project_int8(ctx, &x->dl_tensor, &in_arena, &in_arena, &in_arena, &sv, &sv, &sv,
+                                          &y[0]->dl_tensor, &y[1]->dl_tensor, &y[2]->dl_tensor, &q, NULL),
                     KILN_ERROR_INVALID_ARGUMENT, "kiln_qkv_project_int8: opts->workspace overlaps wq");
+  kiln_tensor_free(arena);
   DLManagedTensorVersioned *ws = empty(ctx, TEST_F16, 128, 96);
   q.workspace = ws->dl_tensor.data;
   assert_kiln_ok(kiln_qkv_project_int8(ctx, &x->dl_tensor, B, B, B, &sv, &sv, &sv, &y[0]->dl_tensor,
