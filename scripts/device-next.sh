@@ -1,22 +1,17 @@
 #!/bin/bash
-# What waits for the next device call (rewritten 2026-12-05, sixteenth session, which got no
-# device): the GPU weight conversions of branch wip/gpu-weight-conversion, then kiln-bench's
-# paired ratios for issues 4 and 5. Each mode fits the device tool's 10-minute limit.
+# Device-call modes, each within the device tool's 10-minute limit. The recipe: build here (an
+# sm_90a build, e.g. build-sk), then
+#   scripts/slim-build.sh BUILD build-ladder/slim/NAME && (cd build-ladder && tar czf carry-NAME.tgz slim/NAME ...)
+# and on the device (carry ["build-ladder/carry-NAME.tgz"]):
+#   tar xzf build-ladder/carry-NAME.tgz -C /tmp && bash scripts/device-next.sh MODE /tmp/slim/NAME [BASE]
+# (BASE: main's build in the same carry, for the modes that compare with it). Waiting now
+# (2026-12-05, seventeenth session): branch wip/stream-k, carry-sk.tgz holding slim/sk and
+# slim/merged (main 2677d1a): modes sk, then skbench.
 #
-# Here, before the call (build90 holds the branch's sm_90a build since 2026-12-05):
-#   git checkout wip/gpu-weight-conversion     (the Python files travel with the working tree)
-#   scripts/slim-build.sh build90 build-ladder/slim/qw && (cd build-ladder && tar czf carry-qw.tgz slim/qw)
-# On the device (carry ["build-ladder/carry-qw.tgz"]), one call:
-#   tar xzf build-ladder/carry-qw.tgz -C /tmp && bash scripts/device-next.sh qweight /tmp/slim/qw &&
-#     bash scripts/device-next.sh paired /tmp/slim/qw
-# and, in a second call (the same carry, which also holds slim/p18: scripts/slim-build.sh
-# build-ladder/p18full build-ladder/slim/p18 before the tar), every GPU test of the branch's
-# build (main's host changes since the last GPU run: e72b47d's guards, 0146fd1's bench) and rung p18:
-#   tar xzf build-ladder/carry-qw.tgz -C /tmp && bash scripts/device-next.sh verify /tmp/slim/qw &&
-#     bash scripts/device-next.sh p18 /tmp/slim/p18 /tmp/slim/qw
-# (carry-qw.tgz as built 2026-12-05: slim/qw from 55d04f0, the branch before its last rebase,
-# whose kernels are the tip's; slim/p18 from e5aa818 with KILN_W4_WG_SCALE_CACHE=1)
-#
+#   sk HEAD [BASE]   stream-K (issue 4): test_gpu_matmul's wgmma_stream_k and memcheck of it, the
+#                    4096^3 paired ratio of HEAD and BASE interleaved, 8192^3 with and without
+#                    the split, then every matmul and int8 test (about 4 minutes)
+#   skbench HEAD     the LLM shapes AUTO splits, paired, with and without (about 3 minutes)
 #   qweight HEAD     test_gpu_qweight and the int8 quantizer's test, memcheck of both, kiln-bench
 #                    qweight, racecheck and synccheck of the act-order sort, the Python GPU tests
 #                    (3-4 minutes)

@@ -563,25 +563,32 @@ static void matmul_layouts(kiln_context *ctx) {
   assert_int_equal(fake("context_depth"), 0);
 }
 
-/* kiln_matmul's stream-K workspace on the fake H200 (132 SMs): 71 x 4 = 284 tiles of 128 x 256
- * with 32 K slices each are two waves and 20 tiles, whose split saves the longest block 27
- * slices, which the rule takes (not at width 128: no kernels); the query's size is the flags (2
- * a block, padded to 256 bytes) and a 128 x 256 f32 partial a block. The workspace is refused,
- * naming it and before any launch, when misaligned or overlapping an operand, and when too small
- * for stream_k 1; stream_k 0 with too little runs unsplit. (A fuzz build's fake also holds the
- * kernel's flags and partials to the declared workspace.) */
+/* kiln_matmul's stream-K workspace on the fake H200 (132 SMs): 53 x 20 = 1060 tiles of 128 x 256
+ * with 32 K slices each are eight waves and 4 tiles, whose split saves the longest block 31
+ * slices, which the rule takes (not at width 128: no kernels; nor with half the rows: four
+ * waves); the query's size is the flags (2 a block, padded to 256 bytes) and a 128 x 256 f32
+ * partial a block. The workspace is refused, naming it and before any launch, when misaligned
+ * or overlapping an operand, and when too small for stream_k 1; stream_k 0 with too little runs
+ * unsplit. (A fuzz build's fake also holds the kernel's flags and partials to the declared
+ * workspace.) */
 static void matmul_stream_k(kiln_context *ctx) {
   const DLDataType U8 = {kDLUInt, 8, 1};
   const int allocations = fake("live_allocations");
-  DLManagedTensorVersioned *a = empty(ctx, TEST_F16, 9088, 2048), *b = empty(ctx, TEST_F16, 2048, 1024),
-                           *c = empty(ctx, TEST_F32, 9088, 1024);
+  DLManagedTensorVersioned *a = empty(ctx, TEST_F16, 6784, 2048), *b = empty(ctx, TEST_F16, 2048, 5120),
+                           *c = empty(ctx, TEST_F16, 6784, 5120);
   kiln_matmul_opts o = kiln_matmul_opts_default();
   o.algo = KILN_MATMUL_WGMMA;
   size_t need = 1;
   assert_kiln_ok(kiln_matmul_workspace_size(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, &need));
   assert_int_equal(need, 2304 + 132 * 128 * 256 * 4);
-  o.tile_n = 128; /* 568 tiles: no stream-K kernels at this width */
+  o.tile_n = 128; /* 2120 tiles: no stream-K kernels at this width */
   assert_kiln_ok(kiln_matmul_workspace_size(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, &need));
+  assert_int_equal(need, 0);
+  o.tile_n = 0;
+  DLTensor half = a->dl_tensor, c_half = c->dl_tensor; /* 3392 rows: 27 x 20 = 540 tiles, four waves */
+  int64_t a_shape[2] = {3392, 2048}, c_shape[2] = {3392, 5120};
+  half.shape = a_shape, c_half.shape = c_shape;
+  assert_kiln_ok(kiln_matmul_workspace_size(ctx, &half, &b->dl_tensor, &c_half, &o, &need));
   assert_int_equal(need, 0);
   o.tile_n = 0, o.stream_k = -1;
   assert_kiln_ok(kiln_matmul_workspace_size(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, &need));
@@ -598,7 +605,7 @@ static void matmul_stream_k(kiln_context *ctx) {
                     KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul: opts->workspace overlaps c in memory");
   o.workspace = w, o.workspace_bytes = need - 1, o.stream_k = 1;
   assert_kiln_fails(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL), KILN_ERROR_WORKSPACE,
-                    "kiln_matmul: opts->stream_k is 1 and this walk splits 20 tiles", "but opts give 17303807",
+                    "kiln_matmul: opts->stream_k is 1 and this walk splits 4 tiles", "but opts give 17303807",
                     "kiln_matmul_workspace_size");
   o.workspace = NULL;
   assert_kiln_fails(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL), KILN_ERROR_WORKSPACE,
@@ -608,8 +615,8 @@ static void matmul_stream_k(kiln_context *ctx) {
   assert_kiln_ok(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL));
   o.workspace_bytes = need; /* the split, its flags and partials inside the declared workspace */
   fake_declare(NULL, 0);
-  fake_declare(a->dl_tensor.data, 9088 * 2048 * 2), fake_declare(b->dl_tensor.data, 2048 * 1024 * 2);
-  fake_declare(c->dl_tensor.data, 9088 * 1024 * 4), fake_declare(w, need);
+  fake_declare(a->dl_tensor.data, 6784 * 2048 * 2), fake_declare(b->dl_tensor.data, 2048 * 5120 * 2);
+  fake_declare(c->dl_tensor.data, 6784 * 5120 * 2), fake_declare(w, need);
   assert_kiln_ok(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL));
   fake_declare(NULL, 0);
   assert_int_equal(fake("launches_0") - launches, 2);

@@ -115,20 +115,26 @@ static int64_t wgmma_slots(const kiln_context *ctx) { return ctx->info.sm_count 
  * so at 8192^3 (2048 tiles of 128 x 256 on 132 SMs) the last wave leaves 64 SMs idle for a
  * sixteenth of the run. Dealing the last T mod G tiles out as even runs of K slices instead
  * makes every block's work equal to within one slice: the longest block does nk - ceil(rest ·
- * nk / G) slices fewer. What it costs is a 128 x 256 partial (128 KB) a block written and read
- * through L2, about all blocks at once: on the H200 that measured 10-14 us, the time of 13-18
- * 128 x 256 x 64 slices (4096^3: 7 slices saved, 2-4 % slower; 8192^3: 62 saved, ~2 % faster;
- * docs/performance.md). Hence the rule: at least KILN_WGMMA_SK_MIN_SLICES saved, after at least
- * one full wave (a walk of fewer tiles than SMs would split every tile). Only the 256-wide
- * tiles have the kernels (wgmma256k). */
+ * nk / G) slices fewer. It costs, measured on the H200 (docs/performance.md):
+ *   - a 128 x 256 partial (128 KB) a block, written and read through L2: 10-14 us, the time of
+ *     13-18 slices (4096^3 saves 7 and ran 2-4 % slower);
+ *   - the L2's reuse: the blocks of the split wave run at K offsets spread over the whole K,
+ *     not in step as whole tiles do, so they stop sharing their A and B slices in L2
+ *     (2048 x 8192 x 28672, whose split wave is a quarter of the run: 15 % slower).
+ * Hence the rule: at least KILN_WGMMA_SK_MIN_SLICES saved, and at least KILN_WGMMA_SK_MIN_WAVES
+ * whole waves before the split one, so that it is at most a ninth of the run (8192^3 and the
+ * LLM shapes measured +0.4 to +1.8 % paired). Only the 256-wide tiles have the kernels. */
 #ifndef KILN_WGMMA_SK_MIN_SLICES
 #define KILN_WGMMA_SK_MIN_SLICES 24
+#endif
+#ifndef KILN_WGMMA_SK_MIN_WAVES
+#define KILN_WGMMA_SK_MIN_WAVES 8
 #endif
 kiln_wgmma_sk kiln_wgmma_stream_k(const kiln_context *ctx, int64_t items, int64_t nk, int bn, int mode) {
   kiln_wgmma_sk plan = {0, 0, 0};
   const int64_t grid = wgmma_slots(ctx), rest = items % grid, waves = items / grid;
   const int64_t saved = nk - (rest * nk + grid - 1) / grid;
-  const bool pays = waves >= 1 && saved >= KILN_WGMMA_SK_MIN_SLICES;
+  const bool pays = waves >= KILN_WGMMA_SK_MIN_WAVES && saved >= KILN_WGMMA_SK_MIN_SLICES;
   if (mode < 0 || bn != 256 || rest == 0 || nk < 2 || rest * nk > INT32_MAX || (mode == 0 && !pays)) return plan;
   plan.items = rest, plan.tile_n = bn;
   const size_t flags = ((size_t)grid * 2 * sizeof(uint64_t) + 255) & ~(size_t)255;
