@@ -258,9 +258,21 @@ typedef enum kiln_matmul_algo {
 
 typedef struct kiln_matmul_opts {
   kiln_matmul_algo algo;
-  float alpha; /* scale of the product; kiln_matmul_opts_default() sets 1 */
-  int tile_n;  /* 0: chosen per shape (default). With algo WGMMA, 256, 128 or 64 forces the width of
-                * the 128 x tile_n tiles of C (for tests and tuning); other algos take only 0. */
+  float alpha;  /* scale of the product; kiln_matmul_opts_default() sets 1 */
+  int tile_n;   /* 0: chosen per shape (default). With algo WGMMA, 256, 128 or 64 forces the width of
+                 * the 128 x tile_n tiles of C (for tests and tuning); other algos take only 0. */
+  int stream_k; /* WGMMA's stream-K (kiln_matmul only; the workspace below): 0 where it pays
+                 * (default), 1 whenever the persistent grid's last wave is partial (tests and
+                 * tuning; needs algo WGMMA and the workspace), -1 never */
+  void *workspace;        /* optional: device memory of the context's device, 256-byte aligned, of at
+                           * least kiln_matmul_workspace_size bytes, sharing no byte with a, b or c.
+                           * With it WGMMA may deal the tiles of its last wave out to every SM as
+                           * runs of K (stream-K), which fills SMs that would idle; without it (NULL,
+                           * the default, or smaller than the query's answer with stream_k 0) it
+                           * never does. Sums of a split tile are added in a fixed order: results
+                           * are deterministic for a given shape and GPU, not bitwise those of the
+                           * unsplit walk. */
+  size_t workspace_bytes;
 } kiln_matmul_opts;
 
 KILN_API kiln_matmul_opts kiln_matmul_opts_default(void);
@@ -268,6 +280,11 @@ KILN_API kiln_matmul_opts kiln_matmul_opts_default(void);
 /* opts may be NULL (defaults). */
 KILN_API kiln_status kiln_matmul(kiln_context *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *c,
                                  const kiln_matmul_opts *opts, CUstream stream);
+/* Bytes of workspace kiln_matmul takes for this call with these opts (their workspace fields are
+ * ignored): 0 where it would not split tiles (CPU, not WGMMA, stream_k -1, or a last wave that
+ * is full or whose split would not pay). At most 17 MB on a 132-SM H100/H200. */
+KILN_API kiln_status kiln_matmul_workspace_size(kiln_context *ctx, const DLTensor *a, const DLTensor *b,
+                                                const DLTensor *c, const kiln_matmul_opts *opts, size_t *bytes);
 
 /* Gradients of C = alpha·A·B: dA = alpha·dC·Bᵀ, dB = alpha·Aᵀ·dC (opts->alpha, 1 by default),
  * computed by the same kernels on transposed views

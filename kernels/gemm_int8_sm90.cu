@@ -16,6 +16,6 @@
  */
 #include "gemm_sm90.cuh"
 
-KILN_WGMMA_ENTRY(kiln_gemm_wgmma256_i8_kk, kiln::sm90::WgmmaS8, kiln_int8_args, true, true, 256, 1, KILN_NO_ATTRS)
-KILN_WGMMA_ENTRY(kiln_gemm_wgmma128_i8_kk, kiln::sm90::WgmmaS8, kiln_int8_args, true, true, 128, 1, KILN_NO_ATTRS)
-KILN_WGMMA_ENTRY(kiln_gemm_wgmma64_i8_kk, kiln::sm90::WgmmaS8, kiln_int8_args, true, true, 64, 1, KILN_NO_ATTRS)
+KILN_WGMMA_ENTRY(kiln_gemm_wgmma256_i8_kk, kiln::sm90::WgmmaS8, kiln_int8_args, true, true, 256, 1, false, KILN_NO_ATTRS)
+KILN_WGMMA_ENTRY(kiln_gemm_wgmma128_i8_kk, kiln::sm90::WgmmaS8, kiln_int8_args, true, true, 128, 1, false, KILN_NO_ATTRS)
+KILN_WGMMA_ENTRY(kiln_gemm_wgmma64_i8_kk, kiln::sm90::WgmmaS8, kiln_int8_args, true, true, 64, 1, false, KILN_NO_ATTRS)

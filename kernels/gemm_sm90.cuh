@@ -340,18 +340,91 @@ struct WgmmaS8 {
   }
 };
 
+/* The persistent walk of a block: first its share of the whole work items (item b, b + step,
+ * ... below `dp_end`), then, with stream-K (kiln_stream_k), one run of K slices over the last
+ * sk.items items. Block c of G takes a run of the S = sk.items · nk slices (item-major, k inner;
+ * sk_begin), so every block does the same number of slices give or take one; a run
+ * is cut into units at tile boundaries. The producer and the consumers walk the same units. */
+template <bool SK>
+struct Walk {
+  int item, step, dp_end, nk;
+  int g, g_end; /* this block's stream-K slices still to walk */
+  /* the unit after the last: a tile (item) and its slices [kb, ke); false once done */
+  KILN_DEVICE bool next(int &it_item, int &kb, int &ke) {
+    if (item < dp_end) {
+      it_item = item, kb = 0, ke = nk;
+      item += step;
+      return true;
+    }
+    if (!SK || g >= g_end) return false;
+    it_item = dp_end + g / nk, kb = g % nk;
+    ke = min(nk, kb + (g_end - g));
+    g += ke - kb;
+    return true;
+  }
+};
+/* The first stream-K slice of block c of G, for S slices in all (S < 2^31: the host's rule):
+ * S / G each, one more for the first S mod G blocks. */
+KILN_DEVICE int sk_begin(int c, int slices, int grid) { return c * (slices / grid) + min(c, slices % grid); }
+
+/* A stream-K partial: a consumer warpgroup's accumulators (BN / 2 values of 4 bytes a thread)
+ * in fragment order, 16 bytes a thread at a time so that a warp writes 512 contiguous bytes. */
+template <int BN>
+KILN_DEVICE uint4 *sk_slot(const kiln_stream_k &sk, int block, int cw) {
+  return reinterpret_cast<uint4 *>(sk.partials) + (size_t)(block * CONSUMERS + cw) * (64 * BN / 4);
+}
+/* + 0: a store straight from the accumulator registers made ptxas guard them with a
+ * warpgroup arrive on that path and serialize every wgmma of the kernel (C7520); from a copy
+ * it does not. (-0 becomes +0, which no sum minds.) */
+KILN_DEVICE uint32_t sk_bits(float v) { return __float_as_uint(v + 0.f); }
+KILN_DEVICE uint32_t sk_bits(int32_t v) { return (uint32_t)v; }
+KILN_DEVICE void sk_add(float &d, uint32_t v) { d += __uint_as_float(v); }
+KILN_DEVICE void sk_add(int32_t &d, uint32_t v) { d = (int32_t)((uint32_t)d + v); } /* wraps, as the IMMA sums */
+/* Leaves this warpgroup's partial in block `block`'s slot, then raises its flag. */
+template <int BN, class Acc>
+KILN_DEVICE void sk_put(const Acc (&d)[BN / 2], const kiln_stream_k &sk, int block, int cw, int t) {
+  uint4 *slot = sk_slot<BN>(sk, block, cw);
+#pragma unroll
+  for (int i = 0; i < BN / 8; i++)
+    __stcg(slot + i * 128 + t, make_uint4(sk_bits(d[4 * i]), sk_bits(d[4 * i + 1]), sk_bits(d[4 * i + 2]),
+                                          sk_bits(d[4 * i + 3])));
+  __threadfence(); /* the slot before the flag, at GPU scope */
+  named_sync(1 + cw, 128);
+  if (t == 0)
+    asm volatile("st.release.gpu.global.u64 [%0], %1;\n" ::"l"(sk.flags + block * CONSUMERS + cw), "l"(sk.epoch)
+                 : "memory");
+}
+/* Waits for block `block`'s partial and adds it into d. */
+template <int BN, class Acc>
+KILN_DEVICE void sk_take(Acc (&d)[BN / 2], const kiln_stream_k &sk, int block, int cw, int t) {
+  const uint64_t *flag = sk.flags + block * CONSUMERS + cw;
+  uint64_t seen;
+  do
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(seen) : "l"(flag) : "memory");
+  while (seen != sk.epoch);
+  const uint4 *slot = sk_slot<BN>(sk, block, cw);
+#pragma unroll
+  for (int i = 0; i < BN / 8; i++) {
+    const uint4 v = __ldcg(slot + i * 128 + t);
+    sk_add(d[4 * i], v.x), sk_add(d[4 * i + 1], v.y), sk_add(d[4 * i + 2], v.z), sk_add(d[4 * i + 3], v.w);
+  }
+}
+
 /* Tuning probe (KILN_TUNE_DEFS): 1 skips the epilogue's stores (results are garbage), so that a
  * run times the mainloop alone: the most an epilogue overlapped with the next tile could gain. */
 #ifndef KILN_GEMM_STORE_PROBE
 #define KILN_GEMM_STORE_PROBE 0
 #endif
 
-template <class T, bool A_K, bool B_K, int BN, int CLUSTER>
+/* SK: the kernel walks stream-K units too (kiln_stream_k; a kernel of its own, so that the
+ * plain walk's code stays as it was) */
+template <class T, bool A_K, bool B_K, int BN, int CLUSTER, bool SK>
 __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMap *map_a, const CUtensorMap *map_b,
                                      const CUtensorMap *map_c) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int STAGES = KILN_GEMM_WG_STAGES(BN), BK = ROW / T::ELEM; /* K elements per slice */
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && BN >= 128), "a cluster pair splits B in halves of 64+ columns");
+  static_assert(!SK || CLUSTER == 1, "stream-K is for single CTAs");
   constexpr int A_BYTES = BM * ROW, B_BYTES = BN * ROW, STAGE_BYTES = A_BYTES + B_BYTES;
   static_assert(BN == 256 || BN == 128 || BN == 64, "wgmma.cuh has widths 256, 128, 64");
   static_assert(KILN_GEMM_WG_SMEM_BYTES(BN) >= STAGES * STAGE_BYTES + 1024 + 1024 + KILN_GEMM_WG_STAGE_C_BYTES,
@@ -370,6 +443,10 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
   const int rank = CLUSTER > 1 ? (int)cluster_ctarank() : 0;
   const int items = ((p.m + BM * CLUSTER - 1) / (BM * CLUSTER)) * ((p.n + BN - 1) / BN), total = items * p.batch;
   const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
+  /* with SK: the whole items first, then this block's run of slices over the last sk.items items */
+  const int sk_items = SK ? p.sk.items : 0, sk_slices = sk_items * nk;
+  const Walk<SK> walk0 = {first, step, total - sk_items, nk, SK ? sk_begin(blockIdx.x, sk_slices, gridDim.x) : 0,
+                          SK ? sk_begin(blockIdx.x + 1, sk_slices, gridDim.x) : 0};
 
   /* Launched as a programmatic dependent (single CTAs, kiln_wgmma_launch): the next kernel may
    * start launching now (the grid is one resident wave), and no thread touches global memory
@@ -389,14 +466,14 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
   if (wg == 0) { /* producer */
     producer_registers();
     if (t == 0) {
-      int it = 0;
+      int it = 0, item, kb, ke;
       const bool a3 = p.a_bs != 0, b3 = p.b_bs != 0;
-      for (int item = first; item < total; item += step) {
+      for (Walk<SK> walk = walk0; walk.next(item, kb, ke);) {
         int tm, tn;
         const int b = item / items;
         tile_coords(p.m, p.n, T::group_m(p), item % items, BM * CLUSTER, BN, tm, tn);
         const int m0 = (tm * CLUSTER + rank) * BM, n0 = tn * BN;
-        for (int kt = 0; kt < nk; kt++, it++) {
+        for (int kt = kb; kt < ke; kt++, it++) {
           const int s = it % STAGES, k0 = kt * BK;
           mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
           mbar_expect_tx(&full[s], STAGE_BYTES);
@@ -427,15 +504,17 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
     /* this warpgroup's two staging pieces, after the barriers' 1 KB (store_staged_as) */
     uint8_t *stage = smem + STAGES * STAGE_BYTES + 1024 + cw * (KILN_GEMM_WG_STAGE_C_BYTES / 2);
     typename T::Acc d[BN / 2];
-    int it = 0;
-    for (int item = first; item < total; item += step) {
+    int it = 0, item, kb, ke;
+    for (Walk<SK> walk = walk0; walk.next(item, kb, ke);) {
       int tm, tn;
       const int b = item / items;
       tile_coords(p.m, p.n, T::group_m(p), item % items, BM * CLUSTER, BN, tm, tn);
       tm = tm * CLUSTER + rank;
 #pragma unroll
       for (int i = 0; i < BN / 2; i++) d[i] = 0;
-      for (int kt = 0; kt < nk; kt++, it++) {
+      /* counted from 0: with kt from kb to ke ptxas serialized the wgmmas (C7520) */
+      const int slices = ke - kb;
+      for (int kt = 0; kt < slices; kt++, it++) {
         const int s = it % STAGES;
         mbar_wait(&full[s], (it / STAGES) & 1);
         const uint8_t *sa = smem + s * STAGE_BYTES + cw * (A_K ? 64 * 128 : BOX_BYTES), *sb = smem + s * STAGE_BYTES + A_BYTES;
@@ -452,7 +531,16 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
         if (kt > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
       }
       wgmma_wait<0>();
-      if (nk > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
+      if (slices > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
+      if (SK && kb > 0) { /* the tail of a stream-K tile: its partial goes to the block holding the head */
+        sk_put<BN>(d, p.sk, blockIdx.x, cw, t);
+        continue;
+      }
+      if (SK && ke < nk) { /* the head of a stream-K tile: add the later blocks' parts, in block order */
+        const int tile_end = (item - walk0.dp_end + 1) * nk;
+        for (int j = blockIdx.x + 1; j < (int)gridDim.x && sk_begin(j, sk_slices, gridDim.x) < tile_end; j++)
+          if (sk_begin(j + 1, sk_slices, gridDim.x) > sk_begin(j, sk_slices, gridDim.x)) sk_take<BN>(d, p.sk, j, cw, t);
+      }
       void *C = (char *)p.c + b * p.c_bs * (p.c_dtype == KILN_DT_F32 ? 4 : 2);
       if (KILN_GEMM_STORE_PROBE && p.m >= 0) { /* the probe: no stores (results are garbage) */
       } else if (CLUSTER == 1 && p.c_staged) {
@@ -474,11 +562,11 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
 } /* namespace kiln */
 
 /* An exported kernel: trait T, whose argument struct is args_t; A / B k-major or not; tile width. */
-#define KILN_WGMMA_ENTRY(name, T, args_t, ak, bk, bn, cluster, attrs)                                           \
+#define KILN_WGMMA_ENTRY(name, T, args_t, ak, bk, bn, cluster, sk, attrs)                                       \
   extern "C" __global__ void __launch_bounds__(KILN_GEMM_WG_THREADS, 1) attrs                                   \
       name(const args_t args, const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, \
            const __grid_constant__ CUtensorMap map_c) {                                                         \
-    kiln::sm90::gemm<T, ak, bk, bn, cluster>(args, &map_a, &map_b, &map_c);                                     \
+    kiln::sm90::gemm<T, ak, bk, bn, cluster, sk>(args, &map_a, &map_b, &map_c);                                 \
   }
 #define KILN_NO_ATTRS /* an empty attribute list */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* sm_80/89 images: trap stubs, no clusters there */

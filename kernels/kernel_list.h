@@ -8,7 +8,8 @@
  * GEMM names: kiln_gemm_<algo>_<dtype>_<A layout><B layout>[_scalar], A layout k (row-major,
  * k contiguous) or m (column-major); B layout k (column-major, k contiguous) or n (row-major).
  * _scalar variants load element by element for operands whose rows are not 16-byte aligned.
- * wgmma256 / wgmma128 / wgmma64: the WGMMA kernels of tile width 256, 128 and 64; wgmma256c:
+ * wgmma256 / wgmma128 / wgmma64: the WGMMA kernels of tile width 256, 128 and 64; wgmma256k:
+ * width 256 whose walk splits its last wave (stream-K, kiln_stream_k); wgmma256c:
  * width 256 in 2-CTA clusters that share B through TMA multicast (only when KILN_WGMMA_PAIRS).
  */
 #ifndef KILN_KERNEL_LIST_H
@@ -103,6 +104,8 @@
   KILN_GEMM_KERNELS_FOR(X, cpasync, bf16, , "gemm_sm80")         \
   KILN_GEMM_KERNELS_FOR(X, wgmma256, f16, , "gemm_sm90")         \
   KILN_GEMM_KERNELS_FOR(X, wgmma256, bf16, , "gemm_sm90")        \
+  KILN_GEMM_KERNELS_FOR(X, wgmma256k, f16, , "gemm_sm90")        \
+  KILN_GEMM_KERNELS_FOR(X, wgmma256k, bf16, , "gemm_sm90")       \
   KILN_GEMM_KERNELS_FOR(X, wgmma128, f16, , "gemm_sm90")         \
   KILN_GEMM_KERNELS_FOR(X, wgmma128, bf16, , "gemm_sm90")        \
   KILN_GEMM_KERNELS_FOR(X, wgmma64, f16, , "gemm_sm90")          \

@@ -10,6 +10,23 @@
 /* Element dtypes as the kernels see them. */
 enum { KILN_DT_F32 = 0, KILN_DT_F16 = 1, KILN_DT_BF16 = 2 };
 
+/* Stream-K for the WGMMA GEMMs (kernels/gemm_sm90.cuh, gemm_stream_k): the last `items` work
+ * items of the persistent walk are not dealt out whole but as one even run of K slices per block
+ * (the grid's blocks cover items x nk slices together, so no block idles in a last, partial wave).
+ * A block whose run starts inside a tile leaves its accumulators for that tile in its slot of
+ * `partials` (grid x consumer warpgroups x 64 x BN values of 4 bytes, in the accumulators'
+ * fragment order) and then sets its warpgroup's flag to `epoch`; the block that holds the tile's
+ * first slice adds those partials, in block order, and stores C. The epoch (a new 64-bit value
+ * per launch, never 0) makes flags left by earlier launches stale without a reset. items 0: no
+ * stream-K, and the pointers are unused. */
+typedef struct kiln_stream_k {
+  void *partials;
+  uint64_t *flags;
+  uint64_t epoch;
+  int32_t items;
+  int32_t tile_n; /* BN, which sizes a slot (the kernels have it built in; for checkers) */
+} kiln_stream_k;
+
 /* C[b] = alpha · A[b]·B[b] + beta · C[b] for b < batch, with A [m,k], B [k,n], C [m,n].
  * Element (i, j) of a matrix X of batch b lives at X + b·x_bs + i·x_rs + j·x_cs (strides in
  * elements; a batch stride of 0 broadcasts). The kernel variant fixes which stride is 1:
@@ -28,6 +45,7 @@ typedef struct kiln_gemm_args {
   int32_t c_dtype; /* KILN_DT_* */
   int32_t group_m; /* tiles along m in one band of the L2-friendly tile order */
   int32_t c_staged; /* WGMMA: C leaves through shared memory by TMA stores (its map is valid) */
+  kiln_stream_k sk;  /* WGMMA: the stream-K part of the walk (items 0: none) */
 } kiln_gemm_args;
 #ifndef KILN_GEMM_GROUP_M /* kiln_gemm_args.group_m of kiln_matmul (tuning: scripts/gemm-ladder.sh) */
 #define KILN_GEMM_GROUP_M 8
@@ -136,6 +154,7 @@ typedef struct kiln_int8_args {
    * multiplies by col_scale (the caller's row_scale) before row_scale. */
   int32_t transposed;
   int32_t c_staged; /* WGMMA: C leaves through shared memory by TMA stores (its map is valid) */
+  kiln_stream_k sk;  /* WGMMA: the stream-K part of the walk (items 0: none) */
 } kiln_int8_args;
 
 /* Tiles of the int8 kernels (kernels/gemm_int8_sm80.cu): the f16 kernels' block (BM x BN, 8

@@ -1,22 +1,17 @@
 #!/bin/bash
-# What waits for the next device call (rewritten 2026-12-05, sixteenth session, which got no
-# device): the GPU weight conversions of branch wip/gpu-weight-conversion, then kiln-bench's
-# paired ratios for issues 4 and 5. Each mode fits the device tool's 10-minute limit.
+# Device-call modes, each within the device tool's 10-minute limit. The recipe: build here (an
+# sm_90a build, e.g. build-sk), then
+#   scripts/slim-build.sh BUILD build-ladder/slim/NAME && (cd build-ladder && tar czf carry-NAME.tgz slim/NAME ...)
+# and on the device (carry ["build-ladder/carry-NAME.tgz"]):
+#   tar xzf build-ladder/carry-NAME.tgz -C /tmp && bash scripts/device-next.sh MODE /tmp/slim/NAME [BASE]
+# (BASE: main's build in the same carry, for the modes that compare with it). Waiting now
+# (2026-12-05, seventeenth session): branch wip/stream-k, carry-sk.tgz holding slim/sk and
+# slim/merged (main 2677d1a): modes sk, then skbench.
 #
-# Here, before the call (build90 holds the branch's sm_90a build since 2026-12-05):
-#   git checkout wip/gpu-weight-conversion     (the Python files travel with the working tree)
-#   scripts/slim-build.sh build90 build-ladder/slim/qw && (cd build-ladder && tar czf carry-qw.tgz slim/qw)
-# On the device (carry ["build-ladder/carry-qw.tgz"]), one call:
-#   tar xzf build-ladder/carry-qw.tgz -C /tmp && bash scripts/device-next.sh qweight /tmp/slim/qw &&
-#     bash scripts/device-next.sh paired /tmp/slim/qw
-# and, in a second call (the same carry, which also holds slim/p18: scripts/slim-build.sh
-# build-ladder/p18full build-ladder/slim/p18 before the tar), every GPU test of the branch's
-# build (main's host changes since the last GPU run: e72b47d's guards, 0146fd1's bench) and rung p18:
-#   tar xzf build-ladder/carry-qw.tgz -C /tmp && bash scripts/device-next.sh verify /tmp/slim/qw &&
-#     bash scripts/device-next.sh p18 /tmp/slim/p18 /tmp/slim/qw
-# (carry-qw.tgz as built 2026-12-05: slim/qw from 55d04f0, the branch before its last rebase,
-# whose kernels are the tip's; slim/p18 from e5aa818 with KILN_W4_WG_SCALE_CACHE=1)
-#
+#   sk HEAD [BASE]   stream-K (issue 4): test_gpu_matmul's wgmma_stream_k and memcheck of it, the
+#                    4096^3 paired ratio of HEAD and BASE interleaved, 8192^3 with and without
+#                    the split, then every matmul and int8 test (about 4 minutes)
+#   skbench HEAD     the LLM shapes AUTO splits, paired, with and without (about 3 minutes)
 #   qweight HEAD     test_gpu_qweight and the int8 quantizer's test, memcheck of both, kiln-bench
 #                    qweight, racecheck and synccheck of the act-order sort, the Python GPU tests
 #                    (3-4 minutes)
@@ -45,7 +40,7 @@
 # Logs: $OUT/next-MODE.tgz (one file), and a summary on stdout.
 set -u
 unset LD_LIBRARY_PATH # each build's programs load their own libkiln.so (RUNPATH $ORIGIN/..)
-mode=${1:?usage: device-next.sh qweight HEAD | paired HEAD | p18 RUNG BASE | verify HEAD | d256 HEAD | decode HEAD | p17 RUNG MAIN}
+mode=${1:?usage: device-next.sh sk HEAD | skbench HEAD | qweight HEAD | paired HEAD | p18 RUNG BASE | verify HEAD | d256 HEAD | decode HEAD | p17 RUNG MAIN}
 L=/tmp/next-$mode
 rm -rf "$L" && mkdir -p "$L"
 memcheck() { # memcheck PROGRAM FILTER LOG
@@ -54,6 +49,45 @@ memcheck() { # memcheck PROGRAM FILTER LOG
   echo "memcheck $(basename "$1") --filter '$2': exit $rc ($(grep -m1 -E 'ERROR SUMMARY' "$3"))"
 }
 case $mode in
+sk)
+  # stream-K of the WGMMA GEMM (issue 4): its GPU test, memcheck of it, every matmul and int8
+  # test (the int8 GEMM shares the template), then paired ratios against cuBLAS with and
+  # without the split (--stream-k both: each row paired with cuBLAS in its own rounds)
+  H=$2
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  timeout 120 "$H/tests/test_gpu_matmul" --filter wgmma_stream_k >"$L/stream-k.log" 2>&1
+  echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
+  memcheck "$H/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  for round in 1 2; do # HEAD and BASE (main's build) interleaved: the plain walk must not have slowed
+    for b in "$H" ${3:-}; do
+      timeout 60 "$b/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo auto --dtype all --paired \
+        --reps 40 >"$L/matmul-paired-4096-$round-$(basename "$b").txt" 2>&1
+      echo "$(basename "$b") round $round kiln-bench matmul --paired 4096^3: exit $?"
+      grep -E '^matmul ' "$L/matmul-paired-4096-$round-$(basename "$b").txt"
+    done
+  done
+  timeout 150 "$H/tools/kiln-bench" matmul --shape 8192x8192x8192 --algo auto --dtype all --paired --stream-k both \
+    --reps 40 >"$L/matmul-paired-8192.txt" 2>&1
+  echo "kiln-bench matmul --paired --stream-k both (8192^3): exit $?"; grep -E '^matmul ' "$L/matmul-paired-8192.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  for t in test_gpu_matmul test_gpu_int8; do
+    s=$(date +%s)
+    timeout 200 "$H/tests/$t" >"$L/$t.log" 2>&1
+    echo "$t: exit $? in $(($(date +%s) - s)) s: $(grep -E 'PASSED|FAILED|SKIP' "$L/$t.log" | tr '\n' ' ')"
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+skbench)
+  # the LLM shapes that AUTO splits (M 2048 and 8192), with and without stream-K, f16 (about 3 minutes)
+  H=$2
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  timeout 400 "$H/tools/kiln-bench" matmul --shape 8192x12288x4096 --shape 8192x28672x8192 --shape 8192x8192x28672 \
+    --shape 2048x28672x8192 --shape 2048x8192x28672 --shape 8192x4096x4096 --algo auto --dtype f16 --paired \
+    --stream-k both --reps 10 --json "$L/matmul-llm-paired.json" >"$L/matmul-llm-paired.txt" 2>&1
+  echo "kiln-bench matmul (LLM shapes) --paired --stream-k both: exit $?"; grep -E '^matmul ' "$L/matmul-llm-paired.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
 verify)
   H=$2
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader

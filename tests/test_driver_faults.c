@@ -60,6 +60,15 @@ static int fake(const char *counter) {
   return fn();
 }
 
+/* Declares a buffer to the fake (fake_cuda_declare; NULL, 0 forgets them all): while any are
+ * declared, every kernel operand must lie in one. */
+static void fake_declare(const void *p, size_t bytes) {
+  int (*fn)(const void *, size_t) = NULL;
+  *(void **)&fn = dlsym(fake_lib, "fake_cuda_declare");
+  if (!fn) fail_msg("the fake driver exports no fake_cuda_declare");
+  fn(p, bytes);
+}
+
 /* Everything kiln took from the driver is given back: no device allocation, loaded library,
  * primary-context retain, stream or event left, and this thread's context stack as it was. */
 #define assert_fake_clean()                                    \
@@ -170,10 +179,16 @@ static void int8_paths(kiln_context *ctx) {
                                           &y[1]->dl_tensor, &y[2]->dl_tensor, &q, NULL),
                     KILN_ERROR_WORKSPACE, "kiln_qkv_project_int8: algo KILN_QKV_PREFILL needs 24576 bytes",
                     "(workspace NULL)", "kiln_qkv_project_int8_workspace_size");
-  q.workspace = b->dl_tensor.data, q.workspace_bytes = bytes;
-  assert_kiln_fails(kiln_qkv_project_int8(ctx, &x->dl_tensor, B, B, B, &sv, &sv, &sv, &y[0]->dl_tensor,
-                                          &y[1]->dl_tensor, &y[2]->dl_tensor, &q, NULL),
+  /* a workspace over the weights' own buffer (an arena of twice the workspace: the span must not
+   * reach into whatever the allocator placed after the weight, e.g. x under valgrind) */
+  DLManagedTensorVersioned *arena = empty(ctx, I8, 2, (int64_t)bytes);
+  DLTensor in_arena = *B;
+  in_arena.data = arena->dl_tensor.data;
+  q.workspace = arena->dl_tensor.data, q.workspace_bytes = bytes;
+  assert_kiln_fails(kiln_qkv_project_int8(ctx, &x->dl_tensor, &in_arena, &in_arena, &in_arena, &sv, &sv, &sv,
+                                          &y[0]->dl_tensor, &y[1]->dl_tensor, &y[2]->dl_tensor, &q, NULL),
                     KILN_ERROR_INVALID_ARGUMENT, "kiln_qkv_project_int8: opts->workspace overlaps wq");
+  kiln_tensor_free(arena);
   DLManagedTensorVersioned *ws = empty(ctx, TEST_F16, 128, 96);
   q.workspace = ws->dl_tensor.data;
   assert_kiln_ok(kiln_qkv_project_int8(ctx, &x->dl_tensor, B, B, B, &sv, &sv, &sv, &y[0]->dl_tensor,
@@ -548,6 +563,68 @@ static void matmul_layouts(kiln_context *ctx) {
   assert_int_equal(fake("context_depth"), 0);
 }
 
+/* kiln_matmul's stream-K workspace on the fake H200 (132 SMs): 53 x 20 = 1060 tiles of 128 x 256
+ * with 32 K slices each are eight waves and 4 tiles, whose split saves the longest block 31
+ * slices, which the rule takes (not at width 128: no kernels; nor with half the rows: four
+ * waves); the query's size is the flags (2 a block, padded to 256 bytes) and a 128 x 256 f32
+ * partial a block. The workspace is refused, naming it and before any launch, when misaligned
+ * or overlapping an operand, and when too small for stream_k 1; stream_k 0 with too little runs
+ * unsplit. (A fuzz build's fake also holds the kernel's flags and partials to the declared
+ * workspace.) */
+static void matmul_stream_k(kiln_context *ctx) {
+  const DLDataType U8 = {kDLUInt, 8, 1};
+  const int allocations = fake("live_allocations");
+  DLManagedTensorVersioned *a = empty(ctx, TEST_F16, 6784, 2048), *b = empty(ctx, TEST_F16, 2048, 5120),
+                           *c = empty(ctx, TEST_F16, 6784, 5120);
+  kiln_matmul_opts o = kiln_matmul_opts_default();
+  o.algo = KILN_MATMUL_WGMMA;
+  size_t need = 1;
+  assert_kiln_ok(kiln_matmul_workspace_size(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, &need));
+  assert_int_equal(need, 2304 + 132 * 128 * 256 * 4);
+  o.tile_n = 128; /* 2120 tiles: no stream-K kernels at this width */
+  assert_kiln_ok(kiln_matmul_workspace_size(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, &need));
+  assert_int_equal(need, 0);
+  o.tile_n = 0;
+  DLTensor half = a->dl_tensor, c_half = c->dl_tensor; /* 3392 rows: 27 x 20 = 540 tiles, four waves */
+  int64_t a_shape[2] = {3392, 2048}, c_shape[2] = {3392, 5120};
+  half.shape = a_shape, c_half.shape = c_shape;
+  assert_kiln_ok(kiln_matmul_workspace_size(ctx, &half, &b->dl_tensor, &c_half, &o, &need));
+  assert_int_equal(need, 0);
+  o.tile_n = 0, o.stream_k = -1;
+  assert_kiln_ok(kiln_matmul_workspace_size(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, &need));
+  assert_int_equal(need, 0);
+  o.stream_k = 0, need = 2304 + 132 * 128 * 256 * 4;
+  DLManagedTensorVersioned *ws = empty(ctx, U8, 1, (int64_t)need + 256);
+  char *w = ws->dl_tensor.data;
+  const int launches = fake("launches_0");
+  o.workspace = w + 16, o.workspace_bytes = need;
+  assert_kiln_fails(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul: opts->workspace", "is not 256-byte aligned");
+  o.workspace = c->dl_tensor.data;
+  assert_kiln_fails(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul: opts->workspace overlaps c in memory");
+  o.workspace = w, o.workspace_bytes = need - 1, o.stream_k = 1;
+  assert_kiln_fails(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL), KILN_ERROR_WORKSPACE,
+                    "kiln_matmul: opts->stream_k is 1 and this walk splits 4 tiles", "but opts give 17303807",
+                    "kiln_matmul_workspace_size");
+  o.workspace = NULL;
+  assert_kiln_fails(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL), KILN_ERROR_WORKSPACE,
+                    "(workspace NULL)");
+  assert_int_equal(fake("launches_0"), launches);
+  o.workspace = w, o.stream_k = 0; /* too small: unsplit */
+  assert_kiln_ok(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL));
+  o.workspace_bytes = need; /* the split, its flags and partials inside the declared workspace */
+  fake_declare(NULL, 0);
+  fake_declare(a->dl_tensor.data, 6784 * 2048 * 2), fake_declare(b->dl_tensor.data, 2048 * 5120 * 2);
+  fake_declare(c->dl_tensor.data, 6784 * 5120 * 2), fake_declare(w, need);
+  assert_kiln_ok(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL));
+  fake_declare(NULL, 0);
+  assert_int_equal(fake("launches_0") - launches, 2);
+  kiln_tensor_free(a), kiln_tensor_free(b), kiln_tensor_free(c), kiln_tensor_free(ws);
+  assert_int_equal(fake("live_allocations"), allocations);
+  assert_int_equal(fake("context_depth"), 0);
+}
+
 /* kiln_matmul_backward on the fake sm_90 (run in CI, no GPU): an f32 dC is converted into the
  * workspace (one cast), then dA = dC·Bᵀ and dB = Aᵀ·dC (one GEMM each, through transposed
  * views); NULL skips a gradient; a B broadcast over a batch of 3 sums dB over it, one GEMM per
@@ -864,6 +941,7 @@ static void healthy(void) {
   kiln_context *ctx = create_device_0();
   assert_context_usable(ctx, NULL);
   matmul_layouts(ctx);
+  matmul_stream_k(ctx);
   int8_paths(ctx);
   matmul_backward_paths(ctx);
   qkv_prefill_copies(ctx);

@@ -37,6 +37,11 @@ static int g_has_wgmma;
 /* opts.tile_n for WGMMA products (0: chosen per shape); wgmma_tile_widths sets it. */
 static int g_tile_n;
 static int algo_runs(int a) { return a != WG || g_has_wgmma; }
+/* opts.stream_k and opts.workspace for WGMMA products; wgmma_stream_k sets them (one workspace
+ * for all its products, so that every launch meets the flags the launches before it left). */
+static int g_stream_k;
+static void *g_ws;
+static size_t g_ws_bytes;
 static const char *dt_str(DLDataType dt) { return dt.bits == 32 ? "f32" : dt.code == kDLBfloat ? "bf16" : "f16"; }
 static size_t dt_size(DLDataType dt) { return dt.bits / 8; }
 static double tol_out(DLDataType dt) { return dt.bits == 32 ? 1e-4 : dt.code == kDLBfloat ? 6e-3 : 1e-3; }
@@ -388,6 +393,7 @@ static int run_product(const char *what, const dbuf *A, const dbuf *B, layout LC
   o.algo = (kiln_matmul_algo)algo;
   o.alpha = alpha;
   o.tile_n = algo == WG ? g_tile_n : 0;
+  if (algo == WG && g_stream_k) o.stream_k = g_stream_k, o.workspace = g_ws, o.workspace_bytes = g_ws_bytes;
   kiln_status st = kiln_matmul(g_ctx, &A->t, &B->t, &C.t, &o, s);
   int ok = 0;
   if (st == KILN_ERROR_UNSUPPORTED && refused) {
@@ -798,6 +804,108 @@ static void wgmma_tile_widths(void **state) {
   if (failures) fail_msg("%d of %d products failed (listed above)", failures, runs);
 }
 
+/* Stream-K (opts.stream_k 1, tiles 128 x 256): the walk's last, partial wave dealt out as runs of
+ * K slices, with tiles split over up to ~15 blocks (9 tiles of 16 slices), blocks left without
+ * slices (8 tiles of 8 slices after two full waves; 32 tiles of 2), batches, ragged edges, every
+ * layout, f16 and bf16, f32 and bf16 C; then the same product twice, bit for bit, and the
+ * workspace query's answers. */
+static void wgmma_stream_k(void **state) {
+  (void)state;
+  if (!g_has_wgmma) skip();
+  worst_reset();
+  test_seed(1002);
+  const struct {
+    int tile_n;
+    int64_t batch, M, N, K;
+  } shapes[] = {{256, 1, 300, 700, 1000}, {256, 1, 1100, 1000, 200}, {256, 3, 517, 1300, 333},
+                {256, 1, 2112, 4096, 512}, {256, 1, 1000, 1000, 100}};
+  const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+  DLManagedTensorVersioned *ws = NULL;
+  const int64_t ws_len = 24 << 20; /* above what 132 SMs take at tile width 256 (17 MB) */
+  assert_kiln_ok(kiln_tensor_empty(g_ctx, 1, &ws_len, (DLDataType){kDLUInt, 8, 1}, &ws));
+  g_ws = ws->dl_tensor.data, g_ws_bytes = (size_t)ws_len;
+  int failures = 0, runs = 0;
+  char what[256];
+  for (int si = 0; si < nshapes; si++) {
+    const DLDataType in = *IN_DTS[si & 1];
+    problem p;
+    const int64_t batch = shapes[si].batch, M = shapes[si].M, N = shapes[si].N, K = shapes[si].K;
+    problem_init(&p, batch, batch, 1, M, N, K, in);
+    points ref;
+    ref_auto(&p, &ref);
+    const int nd = batch > 1 ? 3 : 2;
+    for (int la = 0; la < 2; la++)
+      for (int lb = 0; lb < 2; lb++) {
+        if (M * N * K > 1000000000 && la + lb > 0) continue; /* the large shape: one layout */
+        dbuf A, B;
+        dbuf_input(&A, mk_in(nd, batch, M, K, la, 1), in, p.a);
+        dbuf_input(&B, mk_in(2, 1, K, N, lb, 1), in, p.b);
+        for (int oi = 0; oi < 3; oi += 2) {
+          const int lc = (la + lb + oi / 2) & 1;
+          layout LC = mk(nd, batch, M, N, lc, 0, 0, 0);
+          snprintf(what, sizeof what, "WGMMA stream-K tile_n %d %s->%s A %s B %s C %s [%" PRId64 "x%" PRId64
+                   "x%" PRId64 "] batch %" PRId64, shapes[si].tile_n, dt_str(in), dt_str(*OUT_DTS[oi]), lay_str(la),
+                   lay_str(lb), lay_str(lc), M, N, K, batch);
+          g_tile_n = shapes[si].tile_n, g_stream_k = 1;
+          failures += !run_product(what, &A, &B, LC, *OUT_DTS[oi], WG, 1.0f, g_stream, &ref, NULL);
+          g_tile_n = 0, g_stream_k = 0;
+          runs++;
+        }
+        dbuf_free(&A);
+        dbuf_free(&B);
+      }
+    points_free(&ref);
+    problem_free(&p);
+  }
+  worst_print("wgmma_stream_k");
+
+  /* bit for bit twice, the second launch over the first one's flags; and the query */
+  problem p;
+  problem_init(&p, 1, 1, 1, 1100, 1000, 200, TEST_F16);
+  dbuf A, B, C1, C2;
+  dbuf_input(&A, mk_in(2, 1, p.M, p.K, 0, 1), TEST_F16, p.a);
+  dbuf_input(&B, mk_in(2, 1, p.K, p.N, 1, 1), TEST_F16, p.b);
+  layout LC = mk(2, 1, p.M, p.N, 0, 0, 0, 0);
+  dbuf_init(&C1, LC, TEST_F32);
+  dbuf_init(&C2, LC, TEST_F32);
+  dbuf_upload(&C1, g_stream, 1);
+  dbuf_upload(&C2, g_stream, 1);
+  kiln_matmul_opts o = kiln_matmul_opts_default();
+  o.algo = KILN_MATMUL_WGMMA, o.stream_k = 1, o.tile_n = 256;
+  size_t need = 0;
+  assert_kiln_ok(kiln_matmul_workspace_size(g_ctx, &A.t, &B.t, &C1.t, &o, &need));
+  assert_true(need > 0 && need <= g_ws_bytes);
+  o.workspace = g_ws, o.workspace_bytes = need;
+  assert_kiln_ok(kiln_matmul(g_ctx, &A.t, &B.t, &C1.t, &o, g_stream));
+  assert_kiln_ok(kiln_matmul(g_ctx, &A.t, &B.t, &C2.t, &o, g_stream));
+  dbuf_download(&C1, g_stream);
+  dbuf_download(&C2, g_stream);
+  if (memcmp(C1.host, C2.host, (size_t)LC.n * 4) != 0) {
+    print_message("FAILED stream-K: two identical calls gave different bits\n");
+    failures++;
+  }
+  o.workspace_bytes = need - 1; /* one byte short: stream_k 1 refuses, stream_k 0 runs unsplit */
+  assert_int_equal(kiln_matmul(g_ctx, &A.t, &B.t, &C1.t, &o, g_stream), KILN_ERROR_WORKSPACE);
+  assert_non_null(strstr(kiln_last_error(), "kiln_matmul_workspace_size"));
+  o.stream_k = 0;
+  assert_kiln_ok(kiln_matmul(g_ctx, &A.t, &B.t, &C1.t, &o, g_stream));
+  o.stream_k = -1;
+  assert_kiln_ok(kiln_matmul_workspace_size(g_ctx, &A.t, &B.t, &C1.t, &o, &need));
+  assert_int_equal(need, 0);
+  o.stream_k = 0; /* 36 tiles: one partial wave on a GPU of 36+ SMs, which the rule leaves alone */
+  assert_kiln_ok(kiln_matmul_workspace_size(g_ctx, &A.t, &B.t, &C1.t, &o, &need));
+  assert_int_equal(need, 0);
+  assert_kiln_ok(kiln_stream_synchronize(g_ctx, g_stream));
+  dbuf_free(&A);
+  dbuf_free(&B);
+  dbuf_free(&C1);
+  dbuf_free(&C2);
+  problem_free(&p);
+  kiln_tensor_free(ws);
+  g_ws = NULL, g_ws_bytes = 0;
+  if (failures) fail_msg("%d of %d checks failed (listed above)", failures, runs + 1);
+}
+
 /* alpha = 0.5 (and 0 and -3) through kiln_matmul_opts. */
 static void alpha_scales_the_product(void **state) {
   (void)state;
@@ -1201,6 +1309,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(llm_shapes_with_transposed_weight),
       cmocka_unit_test(batched),
       cmocka_unit_test(wgmma_tile_widths),
+      cmocka_unit_test(wgmma_stream_k),
       cmocka_unit_test(alpha_scales_the_product),
       cmocka_unit_test(runs_on_the_given_stream),
       cmocka_unit_test(deterministic),

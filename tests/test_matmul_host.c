@@ -1204,6 +1204,47 @@ static void err_tile_n(void **state) {
   fx_free(&f);
 }
 
+/* opts.stream_k: -1, 0 or 1, and 1 only with algo WGMMA; checked before the device, in the
+ * forward and its workspace query. On the CPU the query answers 0 and a workspace is ignored. */
+static void err_stream_k(void **state) {
+  (void)state;
+  fixture f;
+  fx_init(&f);
+  kiln_matmul_opts o = kiln_matmul_opts_default();
+  assert_int_equal(o.stream_k, 0);
+  assert_null(o.workspace);
+  assert_int_equal(o.workspace_bytes, 0);
+  size_t need = 7;
+  o.stream_k = 2;
+  assert_kiln_fails(kiln_matmul(f.ctx, &f.a.t, &f.b.t, &f.c.t, &o, NULL), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_matmul: opts->stream_k is 2; expected 0 (where it pays), 1", "or -1 (never)");
+  assert_kiln_fails(kiln_matmul_workspace_size(f.ctx, &f.a.t, &f.b.t, &f.c.t, &o, &need),
+                    KILN_ERROR_INVALID_ARGUMENT, "kiln_matmul_workspace_size: opts->stream_k is 2");
+  o.stream_k = -2;
+  assert_kiln_fails(kiln_matmul(f.ctx, &f.a.t, &f.b.t, &f.c.t, &o, NULL), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_matmul: opts->stream_k is -2");
+  static const kiln_matmul_algo others[3] = {KILN_MATMUL_AUTO, KILN_MATMUL_MMA_SYNC, KILN_MATMUL_CP_ASYNC};
+  static const char *const names[3] = {"algo is AUTO", "algo is MMA_SYNC", "algo is CP_ASYNC"};
+  for (int i = 0; i < 3; i++) {
+    o.algo = others[i], o.stream_k = 1;
+    assert_kiln_fails(kiln_matmul(f.ctx, &f.a.t, &f.b.t, &f.c.t, &o, NULL), KILN_ERROR_INVALID_ARGUMENT,
+                      "kiln_matmul: opts->stream_k is 1 but ", names[i], "set algo KILN_MATMUL_WGMMA or stream_k 0");
+  }
+  o.algo = KILN_MATMUL_WGMMA; /* valid: on to the device check */
+  assert_kiln_fails(kiln_matmul(f.ctx, &f.a.t, &f.b.t, &f.c.t, &o, NULL), KILN_ERROR_UNSUPPORTED,
+                    "kiln_matmul: algo WGMMA needs a CUDA device");
+  assert_int_equal(need, 7); /* untouched by the failed queries */
+  o.algo = KILN_MATMUL_AUTO, o.stream_k = 0;
+  assert_kiln_ok(kiln_matmul_workspace_size(f.ctx, &f.a.t, &f.b.t, &f.c.t, &o, &need));
+  assert_int_equal(need, 0);
+  assert_kiln_fails(kiln_matmul_workspace_size(f.ctx, &f.a.t, &f.b.t, &f.c.t, &o, NULL), KILN_ERROR_INVALID_ARGUMENT,
+                    "kiln_matmul_workspace_size");
+  char junk[16];
+  o.workspace = junk + 1, o.workspace_bytes = 3; /* ignored on the CPU */
+  assert_kiln_ok(kiln_matmul(f.ctx, &f.a.t, &f.b.t, &f.c.t, &o, NULL));
+  fx_free(&f);
+}
+
 /* tile_n with an algo outside the enum: the algo is the error reported (the tile_n check once
  * came first and printed the algo as "unknown"). */
 static void err_tile_n_unknown_algo(void **state) {
@@ -1560,6 +1601,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(err_algo),
       cmocka_unit_test(err_tile_n),
       cmocka_unit_test(err_tile_n_unknown_algo),
+      cmocka_unit_test(err_stream_k),
       cmocka_unit_test(err_backward_args),
       cmocka_unit_test(err_backward_workspace),
       cmocka_unit_test(err_backward_workspace_overlap),

@@ -142,7 +142,8 @@ class kiln_device_info(Structure):
 
 
 class kiln_matmul_opts(Structure):
-    _fields_ = [("algo", c_int), ("alpha", c_float), ("tile_n", c_int)]
+    _fields_ = [("algo", c_int), ("alpha", c_float), ("tile_n", c_int), ("stream_k", c_int),
+                ("workspace", c_void_p), ("workspace_bytes", c_size_t)]
 
 
 class kiln_matmul_int8_opts(Structure):
@@ -254,6 +255,7 @@ _PROTOTYPES = {
     "kiln_context_info": (_st, [_CTX, POINTER(kiln_device_info)]),
     "kiln_matmul_opts_default": (kiln_matmul_opts, []),
     "kiln_matmul": (_st, [_CTX, _T, _T, _T, POINTER(kiln_matmul_opts), _S]),
+    "kiln_matmul_workspace_size": (_st, [_CTX, _T, _T, _T, POINTER(kiln_matmul_opts), POINTER(c_size_t)]),
     "kiln_matmul_backward_workspace_size": (_st, [_CTX, _T, _T, _T, _T, _T, POINTER(c_size_t)]),
     "kiln_matmul_backward": (_st, [_CTX, _T, _T, _T, _T, _T, c_void_p, c_size_t, POINTER(kiln_matmul_opts), _S]),
     "kiln_matmul_int8_opts_default": (kiln_matmul_int8_opts, []),

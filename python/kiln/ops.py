@@ -127,9 +127,16 @@ def _matmul_raw(a, b, c, alpha=1.0, algo=0, stream=None):
     ctx, s = _dlpack.placement(a, stream)
     keep = []
     opts = _lib.kiln_matmul_opts(algo, alpha, 0)
-    _check(_F.matmul(ctx, _dlpack.tensor(a, "kiln.matmul: a", s, keep),
-                     _dlpack.tensor(b, "kiln.matmul: b", s, keep),
-                     _dlpack.tensor(c, "kiln.matmul: out", s, keep, out=True), opts, s))
+    ta, tb = _dlpack.tensor(a, "kiln.matmul: a", s, keep), _dlpack.tensor(b, "kiln.matmul: b", s, keep)
+    tc = _dlpack.tensor(c, "kiln.matmul: out", s, keep, out=True)
+    # the workspace of stream-K (WGMMA's partial last wave), where the library would split
+    # (a query that fails leaves it out: kiln_matmul then reports the error under its own name)
+    nbytes = c_size_t()
+    ws = None
+    if _F.matmul_workspace_size(ctx, ta, tb, tc, opts, byref(nbytes)) == 0 and nbytes.value:
+        ws, ptr = _workspace("kiln.matmul", a, nbytes.value)  # noqa: F841 (kept alive past the call)
+        opts.workspace, opts.workspace_bytes = ptr, nbytes.value
+    _check(_F.matmul(ctx, ta, tb, tc, opts, s))
     return c
 
 

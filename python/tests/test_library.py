@@ -76,7 +76,7 @@ def test_kiln_error():
 
 def test_opts_defaults_match_the_library():
     m = _lib.fn.matmul_opts_default()
-    assert (m.algo, m.alpha, m.tile_n) == (0, 1.0, 0)
+    assert (m.algo, m.alpha, m.tile_n, m.stream_k, m.workspace, m.workspace_bytes) == (0, 1.0, 0, 0, None, 0)
     i = _lib.fn.matmul_int8_opts_default()
     assert (i.algo, i.scale, bool(i.row_scale), bool(i.col_scale)) == (0, 1.0, False, False)
     a = _lib.fn.attention_opts_default()

@@ -32,7 +32,8 @@ static const char *algo_name(kiln_matmul_algo a) {
 
 /* Checks the options against the context before any work; AUTO always passes. The algo comes
  * first, so that every later message can name it. */
-static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matmul_algo algo, int tile_n) {
+static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matmul_algo algo, int tile_n,
+                              int stream_k) {
   if (!algo_name(algo))
     return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
                      "%s: opts->algo is %d; expected KILN_MATMUL_AUTO, _MMA_SYNC, _CP_ASYNC or _WGMMA", op, (int)algo);
@@ -44,6 +45,16 @@ static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matm
                      "%s: opts->tile_n is %d but algo is %s; tile_n selects a WGMMA tile width: set algo "
                      "KILN_MATMUL_WGMMA or tile_n 0",
                      op, tile_n, algo_name(algo));
+  if (stream_k < -1 || stream_k > 1)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: opts->stream_k is %d; expected 0 (where it pays), 1 (whenever the last wave is partial) or "
+                     "-1 (never)",
+                     op, stream_k);
+  if (stream_k == 1 && algo != KILN_MATMUL_WGMMA)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: opts->stream_k is 1 but algo is %s; stream-K splits the tiles of the WGMMA walk: set algo "
+                     "KILN_MATMUL_WGMMA or stream_k 0",
+                     op, algo_name(algo));
   if (algo == KILN_MATMUL_AUTO) return KILN_OK;
   if (ctx->device_type == kDLCPU)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
@@ -59,10 +70,12 @@ static kiln_status check_algo(const kiln_context *ctx, const char *op, kiln_matm
 }
 
 /* The kernel for an algo, dtype and layout; kernel_list.h orders each group kk, kn, mk, mn. */
-static kiln_kernel_id gemm_kernel(kiln_matmul_algo algo, int wg_bn, bool wg_pair, bool bf16, bool a_k, bool b_k,
-                                  bool aligned) {
+static kiln_kernel_id gemm_kernel(kiln_matmul_algo algo, int wg_bn, bool wg_pair, bool wg_sk, bool bf16, bool a_k,
+                                  bool b_k, bool aligned) {
   kiln_kernel_id base;
-  if (algo == KILN_MATMUL_WGMMA && wg_pair)
+  if (algo == KILN_MATMUL_WGMMA && wg_sk)
+    base = bf16 ? KILN_K_GEMM_wgmma256k_bf16_KK : KILN_K_GEMM_wgmma256k_f16_KK;
+  else if (algo == KILN_MATMUL_WGMMA && wg_pair)
 #if KILN_WGMMA_PAIRS
     base = bf16 ? KILN_K_GEMM_wgmma256c_bf16_KK : KILN_K_GEMM_wgmma256c_f16_KK;
 #else
@@ -83,13 +96,59 @@ static kiln_kernel_id gemm_kernel(kiln_matmul_algo algo, int wg_bn, bool wg_pair
   return (kiln_kernel_id)(base + (a_k ? 0 : 2) + (b_k ? 0 : 1));
 }
 
+/* kiln_matmul's optional workspace (stream-K of the WGMMA walk, kiln_wgmma_stream_k): the
+ * caller's memory and opts->stream_k; with `need` set, gemm_run only answers the size query. */
+typedef struct gemm_workspace {
+  void *ptr;
+  size_t bytes;
+  int mode;
+  size_t *need;
+} gemm_workspace;
+
+/* Stream-K's part of a WGMMA launch: the plan for its walk and, unless this is the size query,
+ * the workspace checked (errors only when stream_k 1 demands the split; with stream_k 0 a
+ * missing or small workspace means no split) and the kernel's arguments filled. */
+static kiln_status gemm_stream_k(const kiln_context *ctx, const char *op, const gemm_workspace *ws, int64_t items,
+                                 int64_t k, int bn, const kiln_matrix *A, const kiln_matrix *B, const kiln_matrix *C,
+                                 kiln_stream_k *out) {
+  memset(out, 0, sizeof *out);
+  const int64_t nk = (k + KILN_GEMM_WG_BK - 1) / KILN_GEMM_WG_BK;
+  const kiln_wgmma_sk plan = kiln_wgmma_stream_k(ctx, items, nk, bn, ws->mode);
+  if (ws->need) {
+    *ws->need = plan.bytes;
+    return KILN_OK;
+  }
+  if (!plan.items) return KILN_OK;
+  if (!ws->ptr || ws->bytes < plan.bytes) {
+    if (ws->mode != 1) return KILN_OK;
+    return kiln_fail(KILN_ERROR_WORKSPACE,
+                     "%s: opts->stream_k is 1 and this walk splits %" PRId64 " tiles, which needs %zu bytes of "
+                     "workspace, but opts give %zu%s; size it with kiln_matmul_workspace_size",
+                     op, plan.items, plan.bytes, ws->ptr ? ws->bytes : 0, ws->ptr ? "" : " (workspace NULL)");
+  }
+  if ((uintptr_t)ws->ptr % 256)
+    return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
+                     "%s: opts->workspace %p is not 256-byte aligned; use an allocation's start (kiln_tensor_empty, "
+                     "torch.empty and cudaMalloc return 256-byte aligned memory)",
+                     op, ws->ptr);
+  kiln_status st;
+  const int64_t span = (int64_t)plan.bytes;
+  if ((st = kiln_check_disjoint(op, "opts->workspace", ws->ptr, span, "a", A->data, A->span_bytes)) ||
+      (st = kiln_check_disjoint(op, "opts->workspace", ws->ptr, span, "b", B->data, B->span_bytes)) ||
+      (st = kiln_check_disjoint(op, "opts->workspace", ws->ptr, span, "c", C->data, C->span_bytes)))
+    return st;
+  kiln_wgmma_sk_args(&plan, ws->ptr, ctx, out);
+  return KILN_OK;
+}
+
 /* C = alpha·A·B + beta·C over `batch` matrices (views already validated, batch strides 0 where
  * an operand broadcasts). With reduce_batch, C is one matrix and receives the sum over the batch
  * (launched batch by batch with beta = 1 after the first, a fixed order: deterministic).
- * The caller has entered the context on the GPU. */
+ * ws: kiln_matmul's workspace, or NULL (no stream-K). The caller has entered the context on the
+ * GPU (not for the size query). */
 static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix A, kiln_matrix B, kiln_matrix C,
                             int64_t batch, bool reduce_batch, float alpha, float beta, kiln_matmul_algo algo,
-                            int tile_n, CUstream stream) {
+                            int tile_n, const gemm_workspace *ws, CUstream stream) {
   if (reduce_batch) {
     /* one matrix of each at a time: a TMA map over A or B then describes that matrix only, not
      * the batches from it to past the operand's end (they were never read, but a map must not
@@ -99,12 +158,13 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
     for (int64_t i = 0; i < batch; i++) {
       a1.data = A.data + i * A.bs * (int64_t)A.elem;
       b1.data = B.data + i * B.bs * (int64_t)B.elem;
-      kiln_status st = gemm_run(ctx, op, a1, b1, C, 1, false, alpha, i ? 1.0f : beta, algo, tile_n, stream);
+      kiln_status st = gemm_run(ctx, op, a1, b1, C, 1, false, alpha, i ? 1.0f : beta, algo, tile_n, NULL, stream);
       if (st) return st;
     }
     return KILN_OK;
   }
-  if (ctx->device_type == kDLCPU) return kiln_cpu_gemm(op, &A, &B, &C, batch, alpha, beta);
+  if (ws && ws->need) *ws->need = 0; /* unless a WGMMA walk splits tiles below */
+  if (ctx->device_type == kDLCPU) return ws && ws->need ? KILN_OK : kiln_cpu_gemm(op, &A, &B, &C, batch, alpha, beta);
 
   /* The kernels write C row-major. A column-major C is computed as Cᵀ = Bᵀ·Aᵀ. */
   if (!kiln_matrix_row_major(&C)) {
@@ -174,14 +234,21 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
    * when there are two or more tile rows to pair up (off by default: docs/performance.md). */
   const int64_t tiles_m = (A.rows + bm - 1) / bm;
   const bool wg_pair = wg && wg_bn == 256 && tiles_m >= 2 && ctx->wg_pair_clusters > 0 && KILN_WGMMA_PAIRS;
-  const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, wg_pair, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
   if (wg) {
     const int64_t items = wg_pair ? (tiles_m + 1) / 2 * (tiles / tiles_m) * batch : tiles * batch;
     /* single CTAs: C through shared memory and TMA stores where it can (kiln_wgmma_c_staged) */
     args.c_staged = !wg_pair && C.batch == batch && kiln_wgmma_c_staged(&C, beta);
-    return kiln_wgmma_launch(ctx, op, kernel, &A, &B, args.c_staged ? &C : NULL, wg_bn, wg_pair, items, &args,
+    if (ws && !wg_pair) {
+      kiln_status st = gemm_stream_k(ctx, op, ws, items, A.cols, wg_bn, &A, &B, &C, &args.sk);
+      if (st || ws->need) return st;
+    }
+    const bool sk = args.sk.items > 0;
+    const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, wg_pair, sk, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
+    return kiln_wgmma_launch(ctx, op, kernel, &A, &B, args.c_staged ? &C : NULL, wg_bn, wg_pair, items, sk, &args,
                              stream);
   }
+  if (ws && ws->need) return KILN_OK;
+  const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, wg_pair, false, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
   const unsigned smem = (unsigned)KILN_GEMM_SMEM_BYTES(stages, bm, bn, bk, a_k, b_k);
   void *params[] = {&args};
   return kiln_launch(ctx, kernel, (unsigned)tiles, 1, gz, KILN_GEMM_THREADS, smem, stream, params, op);
@@ -225,24 +292,51 @@ static kiln_status check_inputs(const kiln_context *ctx, const char *op, const D
 /* ------------------------------------------------------------------------------------------ */
 /* kiln_matmul                                                                                */
 /* ------------------------------------------------------------------------------------------ */
+/* The forward's checks, shared with its workspace query. */
+static kiln_status matmul_prepare(kiln_context *ctx, const char *op, const DLTensor *a, const DLTensor *b,
+                                  const DLTensor *c, const kiln_matmul_opts *o, matmul_shapes *s, kiln_matrix *cm) {
+  kiln_status st;
+  if ((st = check_algo(ctx, op, o->algo, o->tile_n, o->stream_k))) return st;
+  if ((st = check_inputs(ctx, op, a, b, s))) return st;
+  if ((st = kiln_check_float_matrix(ctx, op, "c", c, s->batch, s->m, s->n, true, cm))) return st;
+  if ((st = kiln_check_no_overlap(op, "c", cm, "a", &s->a)) || (st = kiln_check_no_overlap(op, "c", cm, "b", &s->b)))
+    return st;
+  return KILN_OK;
+}
+
 kiln_status kiln_matmul(kiln_context *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *c,
                         const kiln_matmul_opts *opts, CUstream stream) {
   const char *op = "kiln_matmul";
   kiln_status st = kiln_check_context(ctx, op);
   if (st) return st;
   kiln_matmul_opts o = opts ? *opts : kiln_matmul_opts_default();
-  if ((st = check_algo(ctx, op, o.algo, o.tile_n))) return st;
   matmul_shapes s;
   kiln_matrix cm;
-  if ((st = check_inputs(ctx, op, a, b, &s))) return st;
-  if ((st = kiln_check_float_matrix(ctx, op, "c", c, s.batch, s.m, s.n, true, &cm))) return st;
-  if ((st = kiln_check_no_overlap(op, "c", &cm, "a", &s.a)) || (st = kiln_check_no_overlap(op, "c", &cm, "b", &s.b))) return st;
-  if (ctx->device_type == kDLCPU) return gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, o.tile_n, stream);
+  if ((st = matmul_prepare(ctx, op, a, b, c, &o, &s, &cm))) return st;
+  const gemm_workspace ws = {.ptr = o.workspace, .bytes = o.workspace_bytes, .mode = o.stream_k};
+  if (ctx->device_type == kDLCPU)
+    return gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, o.tile_n, &ws, stream);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
-  st = gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, o.tile_n, stream);
+  st = gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, o.tile_n, &ws, stream);
   kiln_ctx_leave(ctx, &scope);
   return st;
+}
+
+kiln_status kiln_matmul_workspace_size(kiln_context *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *c,
+                                       const kiln_matmul_opts *opts, size_t *bytes) {
+  const char *op = "kiln_matmul_workspace_size";
+  kiln_status st = kiln_check_size_query(ctx, op, bytes);
+  if (st) return st;
+  kiln_matmul_opts o = opts ? *opts : kiln_matmul_opts_default();
+  matmul_shapes s;
+  kiln_matrix cm;
+  if ((st = matmul_prepare(ctx, op, a, b, c, &o, &s, &cm))) return st;
+  size_t need = 0;
+  const gemm_workspace ws = {.mode = o.stream_k, .need = &need};
+  if ((st = gemm_run(ctx, op, s.a, s.b, cm, s.batch, false, o.alpha, 0.f, o.algo, o.tile_n, &ws, NULL))) return st;
+  *bytes = need;
+  return KILN_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -366,14 +460,14 @@ static kiln_status run_backward(const kiln_context *ctx, const char *op, const b
   if (p->want_da) { /* dA[M,K] = dC[M,N] · Bᵀ[N,K] */
     kiln_matrix target = p->da_acc ? workspace_matrix(ws + p->off_da, f32, 1, s->m, s->k) : p->da;
     if ((st = gemm_run(ctx, op, dc, kiln_matrix_transpose(s->b), target, s->batch, p->da_reduce, alpha, 0.f, algo, tile_n,
-                       stream)))
+                       NULL, stream)))
       return st;
     if (p->da_acc && (st = cast_matrix(ctx, op, &target, &p->da, stream))) return st;
   }
   if (p->want_db) { /* dB[K,N] = Aᵀ[K,M] · dC[M,N] */
     kiln_matrix target = p->db_acc ? workspace_matrix(ws + p->off_db, f32, 1, s->k, s->n) : p->db;
     if ((st = gemm_run(ctx, op, kiln_matrix_transpose(s->a), dc, target, s->batch, p->db_reduce, alpha, 0.f, algo, tile_n,
-                       stream)))
+                       NULL, stream)))
       return st;
     if (p->db_acc && (st = cast_matrix(ctx, op, &target, &p->db, stream))) return st;
   }
@@ -387,7 +481,7 @@ kiln_status kiln_matmul_backward(kiln_context *ctx, const DLTensor *a, const DLT
   kiln_status st = kiln_check_context(ctx, op);
   if (st) return st;
   kiln_matmul_opts o = opts ? *opts : kiln_matmul_opts_default();
-  if ((st = check_algo(ctx, op, o.algo, o.tile_n))) return st;
+  if ((st = check_algo(ctx, op, o.algo, o.tile_n, 0))) return st; /* stream_k: kiln_matmul's only */
   backward_plan p;
   if ((st = plan_backward(ctx, op, a, b, dc, da, db, &p))) return st;
   if (workspace_bytes < p.bytes || (p.bytes && !workspace))

@@ -89,7 +89,7 @@ kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const 
     /* C through shared memory and TMA stores where it can (kiln_wgmma_c_staged; no beta here) */
     const kiln_matrix C = kiln_matrix_strided(p.c, kiln_dt_dtype(p.c_dtype), p.batch, p.m, p.n, p.c_bs, p.c_rs, p.c_cs);
     p.c_staged = kiln_wgmma_c_staged(&C, 0.f);
-    return kiln_wgmma_launch(ctx, op, kernel, &A, &B, p.c_staged ? &C : NULL, bn, false, items, &p, stream);
+    return kiln_wgmma_launch(ctx, op, kernel, &A, &B, p.c_staged ? &C : NULL, bn, false, items, false, &p, stream);
   }
 
   const bool aligned = kiln_matrix_aligned16(&A) && kiln_matrix_aligned16(&B); /* 16-byte vector loads */

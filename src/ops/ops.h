@@ -64,10 +64,23 @@ kiln_status kiln_wgmma_operand_map(const kiln_context *ctx, const char *op, cons
 int kiln_wgmma_tile_n(int64_t m, int64_t n, int64_t batch, int sms);
 /* Encodes A's and B's TMA descriptors (boxes for tile width bn, halves of B with a 2-CTA pair)
  * and launches `kernel` with (args, map_a, map_b, map_c) on a persistent grid of min(items, resident
- * blocks or pairs). The caller has entered the context. */
+ * blocks or pairs), or of every SM's block with stream_k. The caller has entered the context. */
 kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kernel_id kernel, const kiln_matrix *A,
-                              const kiln_matrix *B, const kiln_matrix *C, int bn, bool pair, int64_t items, void *args,
-                              CUstream stream);
+                              const kiln_matrix *B, const kiln_matrix *C, int bn, bool pair, int64_t items,
+                              bool stream_k, void *args, CUstream stream);
+/* Stream-K of a WGMMA walk of single CTAs (kiln_stream_k in kiln_abi.h): how many of its `items`
+ * work items (of nk K slices each, tile width bn: 256 only) go by slices, and the workspace that
+ * takes. mode 0 (per shape): where the longest block saves enough slices (wgmma.c); 1: whenever
+ * the last wave is partial (tests, tuning); -1: never. items 0: none. */
+typedef struct kiln_wgmma_sk {
+  int64_t items;
+  size_t bytes;
+  int tile_n;
+} kiln_wgmma_sk;
+kiln_wgmma_sk kiln_wgmma_stream_k(const kiln_context *ctx, int64_t items, int64_t nk, int bn, int mode);
+/* Fills the kernel's stream-K arguments for a plan, in workspace ws (256-byte aligned, plan->bytes
+ * long): the flags first, then the partials; a fresh epoch. */
+void kiln_wgmma_sk_args(const kiln_wgmma_sk *plan, void *ws, const kiln_context *ctx, kiln_stream_k *out);
 /* Whether a WGMMA GEMM's C (row-major, batch matrices) can leave through shared memory by TMA
  * stores (c_staged of kiln_gemm_args and kiln_int8_args; kiln_wgmma_launch then builds its
  * map): beta = 0, row-major with 16-byte aligned rows and batch stride, rows a multiple of 16

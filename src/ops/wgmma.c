@@ -5,6 +5,9 @@
  * so everything here is in bytes and the same for both element types.
  */
 #include <inttypes.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ops.h"
 
@@ -105,9 +108,68 @@ static kiln_status wgmma_c_map(const kiln_context *ctx, const char *op, const ki
                       CU_TENSOR_MAP_SWIZZLE_128B, map);
 }
 
+/* The SMs a persistent WGMMA grid of single CTAs covers (one block per SM) */
+static int64_t wgmma_slots(const kiln_context *ctx) { return ctx->info.sm_count > 0 ? ctx->info.sm_count : 1; }
+
+/* Why stream-K: with one block per SM, a walk of T tiles on G SMs takes ceil(T / G) tile times,
+ * so at 8192^3 (2048 tiles of 128 x 256 on 132 SMs) the last wave leaves 64 SMs idle for a
+ * sixteenth of the run. Dealing the last T mod G tiles out as even runs of K slices instead
+ * makes every block's work equal to within one slice: the longest block does nk - ceil(rest ·
+ * nk / G) slices fewer. It costs, measured on the H200 (docs/performance.md):
+ *   - a 128 x 256 partial (128 KB) a block, written and read through L2: 10-14 us, the time of
+ *     13-18 slices (4096^3 saves 7 and ran 2-4 % slower);
+ *   - the L2's reuse: the blocks of the split wave run at K offsets spread over the whole K,
+ *     not in step as whole tiles do, so they stop sharing their A and B slices in L2
+ *     (2048 x 8192 x 28672, whose split wave is a quarter of the run: 15 % slower).
+ * Hence the rule: at least KILN_WGMMA_SK_MIN_SLICES saved, and at least KILN_WGMMA_SK_MIN_WAVES
+ * whole waves before the split one, so that it is at most a ninth of the run (8192^3 and the
+ * LLM shapes measured +0.4 to +1.8 % paired). Only the 256-wide tiles have the kernels. */
+#ifndef KILN_WGMMA_SK_MIN_SLICES
+#define KILN_WGMMA_SK_MIN_SLICES 24
+#endif
+#ifndef KILN_WGMMA_SK_MIN_WAVES
+#define KILN_WGMMA_SK_MIN_WAVES 8
+#endif
+kiln_wgmma_sk kiln_wgmma_stream_k(const kiln_context *ctx, int64_t items, int64_t nk, int bn, int mode) {
+  kiln_wgmma_sk plan = {0, 0, 0};
+  const int64_t grid = wgmma_slots(ctx), rest = items % grid, waves = items / grid;
+  const int64_t saved = nk - (rest * nk + grid - 1) / grid;
+  const bool pays = waves >= KILN_WGMMA_SK_MIN_WAVES && saved >= KILN_WGMMA_SK_MIN_SLICES;
+  if (mode < 0 || bn != 256 || rest == 0 || nk < 2 || rest * nk > INT32_MAX || (mode == 0 && !pays)) return plan;
+  plan.items = rest, plan.tile_n = bn;
+  const size_t flags = ((size_t)grid * 2 * sizeof(uint64_t) + 255) & ~(size_t)255;
+  plan.bytes = flags + (size_t)grid * KILN_GEMM_WG_BM * (size_t)bn * 4; /* 2 warpgroups x 64 rows x bn, 4 bytes */
+  return plan;
+}
+
+/* A new epoch for each stream-K launch: the flags a launch raises hold its epoch, so flags that
+ * earlier launches (or whatever held the memory before) left behind never match. splitmix64 of a
+ * counter seeded from the clock and the process makes them unpredictable values, never 0. */
+static uint64_t wgmma_epoch(void) {
+  static _Atomic uint64_t seed, counter;
+  uint64_t s = atomic_load(&seed);
+  if (s == 0) { /* first launch of the process; racing first launches agree on one seed */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const uint64_t fresh = (((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ (uint64_t)getpid() << 40) | 1;
+    if (atomic_compare_exchange_strong(&seed, &s, fresh)) s = fresh;
+  }
+  uint64_t z = s + atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return z ? z : 1;
+}
+
+void kiln_wgmma_sk_args(const kiln_wgmma_sk *plan, void *ws, const kiln_context *ctx, kiln_stream_k *out) {
+  const size_t flags = ((size_t)wgmma_slots(ctx) * 2 * sizeof(uint64_t) + 255) & ~(size_t)255;
+  *out = (kiln_stream_k){.partials = (char *)ws + flags, .flags = (uint64_t *)ws, .epoch = wgmma_epoch(),
+                         .items = (int32_t)plan->items, .tile_n = plan->tile_n};
+}
+
 kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kernel_id kernel, const kiln_matrix *A,
-                              const kiln_matrix *B, const kiln_matrix *C, int bn, bool pair, int64_t items, void *args,
-                              CUstream stream) {
+                              const kiln_matrix *B, const kiln_matrix *C, int bn, bool pair, int64_t items,
+                              bool stream_k, void *args, CUstream stream) {
   kiln_tensor_map map_a, map_b, map_c = {0}; /* map_c unused (zero) when C is NULL */
   kiln_status st;
   const bool a_k = A->cs == 1, b_k = B->rs == 1;
@@ -120,8 +182,8 @@ kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kern
     return st;
   void *params[] = {args, &map_a, &map_b, &map_c};
   /* persistent grid: one block (or pair) per work item up to what is resident at once */
-  const int64_t slots = pair ? ctx->wg_pair_clusters : (ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
-  const int64_t grid = (items < slots ? items : slots) * (pair ? 2 : 1);
+  const int64_t slots = pair ? ctx->wg_pair_clusters : wgmma_slots(ctx);
+  const int64_t grid = (stream_k || items >= slots ? slots : items) * (pair ? 2 : 1);
   /* single CTAs as programmatic dependents of the stream's previous kernel: their launch and
    * barrier setup overlap its end (the kernel waits before touching memory; pairs carry their
    * cluster shape and launch plainly) */

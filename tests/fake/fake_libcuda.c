@@ -517,11 +517,21 @@ static const char *check_workspace(void *const *ws, int64_t k, int64_t n, const 
  * buffers its pointers fall in (check_declared): the fuzz build's guard that no shape kiln
  * accepts makes a kernel (which never runs here) address memory outside its buffers. NULL when
  * every operand fits, else the first that does not. */
-static const char *check_launch_args(const char *image, void **params) {
+/* A WGMMA walk's stream-K workspace over a grid of gx blocks: the flags (2 a block), and the
+ * partials (2 x 64 x tile_n values of 4 bytes a block) */
+static const char *check_stream_k(const kiln_stream_k *sk, unsigned gx) {
+  if (sk->items <= 0) return NULL;
+  if (check_declared((uintptr_t)sk->flags, (uint64_t)gx * 2 * 8)) return "stream-K flags";
+  if (check_declared((uintptr_t)sk->partials, (uint64_t)gx * 128 * (uint64_t)sk->tile_n * 4)) return "stream-K partials";
+  return NULL;
+}
+
+static const char *check_launch_args(const char *image, void **params, unsigned gx) {
   if (!params || !params[0]) return NULL;
   const void *args = params[0];
   if (!strcmp(image, "gemm_sm80") || !strcmp(image, "gemm_sm90")) {
     const kiln_gemm_args *g = args;
+    if (!strcmp(image, "gemm_sm90") && check_stream_k(&g->sk, gx)) return check_stream_k(&g->sk, gx);
     if (check_declared((uintptr_t)g->a, matrix_bytes(g->batch, g->a_bs, g->m, g->a_rs, g->k, g->a_cs, 2))) return "A";
     if (check_declared((uintptr_t)g->b, matrix_bytes(g->batch, g->b_bs, g->k, g->b_rs, g->n, g->b_cs, 2))) return "B";
     if (check_declared((uintptr_t)g->c,
@@ -632,7 +642,7 @@ static CUresult launch(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned
       (!params && !extra))
     return E_INVALID_VALUE;
   const int lib = handle_find(libraries, (uintptr_t)fn);
-  const char *outside = library_image[lib][0] ? check_launch_args(library_image[lib], params) : NULL;
+  const char *outside = library_image[lib][0] ? check_launch_args(library_image[lib], params, gx) : NULL;
   if (trace_level() == 2 || (outside && trace_level()))
     fprintf(stderr, "fake_libcuda: launch of library %llu%s%s: grid %u x %u x %u, block %u x %u x %u, %u bytes of "
             "shared memory%s%s\n", (unsigned long long)(uintptr_t)fn, library_image[lib][0] ? " " : "",

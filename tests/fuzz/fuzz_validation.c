@@ -367,7 +367,10 @@ static void run(const uint8_t *data, size_t size) {
   static const int algos[6] = {0, 0, 1, 2, 3, 42}, tiles[4] = {0, 64, 128, 256};
   o.algo = (kiln_matmul_algo)algos[ab % 6];
   o.tile_n = tiles[(ab >> 6) & 3];
-  o.alpha = (float)(int8_t)take(&r, 1) / 16.0f;
+  const uint8_t al = (uint8_t)take(&r, 1);
+  o.alpha = (float)(int8_t)al / 16.0f;
+  /* stream-K: mostly per shape, sometimes forced, off, or out of range (alpha 127/16) */
+  o.stream_k = al == 127 ? 7 : (ab >> 3) % 4 == 3 ? 1 : (ab >> 3) % 4 == 2 ? -1 : 0;
   /* 0 matmul, 1 attention, 2 int8, 3 int4 weights, 4 int4 matmul, 5 QKV projections (the seeds
    * use 0..3, which % 6 keeps) */
   const int family = take(&r, 1) % 6;
@@ -400,7 +403,14 @@ static void run(const uint8_t *data, size_t size) {
   if (!fits) return;
   /* Keep each call cheap: at most ~1M multiply-adds. */
   if (t[0] && t[1] && !cheap(pair_work(t[0], t[1]), 1 << 20)) return;
+  size_t mws = 0; /* kiln_matmul's workspace where it fits ours (stream-K) */
+  CHECK(kiln_matmul_workspace_size(ctx, t[0], t[1], t[2], &o, &mws));
+  if (mws <= WORKSPACE_BYTES) {
+    declare(P->workspace, mws);
+    o.workspace = P->workspace, o.workspace_bytes = mws;
+  }
   CHECK(kiln_matmul(ctx, t[0], t[1], t[2], &o, NULL));
+  o.workspace = NULL, o.workspace_bytes = 0; /* the backward has its own */
   CHECK(kiln_cast(ctx, t[0], t[2], NULL));
   CHECK(kiln_tensor_copy(ctx, t[0], t[2], NULL));
   if (ws <= WORKSPACE_BYTES) {

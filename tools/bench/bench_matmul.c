@@ -26,7 +26,10 @@ const char bench_matmul_usage[] =
     "                   llm: M in 1, 16, 128, 2048, 8192 (--quick: 1, 2048) x (K,N) in\n"
     "                   (4096,12288) (4096,4096) (8192,28672) (28672,8192)\n"
     "  --shape MxNxK             one shape instead (repeatable, up to 16)\n"
-    "  --tile-n 64|128|256       force the WGMMA tile width (opts.tile_n; default: per shape)\n" BENCH_PAIRED_USAGE BENCH_COMMON_USAGE;
+    "  --tile-n 64|128|256       force the WGMMA tile width (opts.tile_n; default: per shape)\n"
+    "  --stream-k auto|off|both  kiln's opts.stream_k, with a workspace always given: auto (0,\n"
+    "                   the default: split WGMMA's last wave where it pays), off (-1), both (a\n"
+    "                   row of each, the off row labelled /nosk)\n" BENCH_PAIRED_USAGE BENCH_COMMON_USAGE;
 
 static const struct {
   const char *name;
@@ -56,8 +59,12 @@ typedef struct matmul_opts {
   shape custom[16]; /* --shape, overrides --shapes */
   int n_custom;
   int tile_n; /* --tile-n: opts.tile_n of the WGMMA runs */
+  int sk_modes[2]; /* --stream-k: opts.stream_k values, one row each */
+  int n_sk;
   bench_common common;
 } matmul_opts;
+/* kiln's workspace in every run (opts.workspace): above what stream-K takes on 132 SMs (17 MB) */
+#define BENCH_MATMUL_WS_BYTES ((size_t)32 << 20)
 
 /* Relative Frobenius error above which a result is wrong: f32 output differs from cuBLAS only by
  * summation order; f16/bf16 output adds up to one rounding of the output (2^-11, 2^-8). */
@@ -78,6 +85,7 @@ typedef struct operands {
   int rot;
   int64_t m, n, k;
   bench_dtype in, out;
+  CUdeviceptr ws; /* BENCH_MATMUL_WS_BYTES of workspace */
 } operands;
 
 typedef struct kiln_call {
@@ -95,7 +103,7 @@ static void set2(int64_t v[2], int64_t v0, int64_t v1) {
 }
 
 static void kiln_call_init(kiln_call *kc, bench_env *env, const operands *x, CUdeviceptr c, kiln_matmul_algo algo,
-                           int tile_n) {
+                           int tile_n, int stream_k) {
   memset(kc, 0, sizeof *kc);
   kc->env = env;
   kc->x = x;
@@ -112,6 +120,9 @@ static void kiln_call_init(kiln_call *kc, bench_env *env, const operands *x, CUd
   kc->opts = kiln_matmul_opts_default();
   kc->opts.algo = algo;
   kc->opts.tile_n = algo == KILN_MATMUL_WGMMA ? tile_n : 0;
+  kc->opts.stream_k = stream_k;
+  kc->opts.workspace = (void *)(uintptr_t)x->ws;
+  kc->opts.workspace_bytes = BENCH_MATMUL_WS_BYTES;
 }
 
 static int kiln_call_fn(void *user, int iter) {
@@ -235,10 +246,13 @@ static int run_outputs(bench_env *env, const matmul_opts *o, const bench_cublas 
         peer_ok = 1;
     }
 
-    for (int ai = 0; ai < o->n_algos; ai++) {
+    for (int ai = 0; ai < o->n_algos * o->n_sk; ai++) {
       char algo_s[32];
-      const int wg = algo_names[o->algos[ai]].algo == KILN_MATMUL_WGMMA;
-      snprintf(algo_s, sizeof algo_s, wg && o->tile_n ? "%s/%d" : "%s", algo_names[o->algos[ai]].name, o->tile_n);
+      const int algo = o->algos[ai / o->n_sk], sk = o->sk_modes[ai % o->n_sk];
+      const int wg = algo_names[algo].algo == KILN_MATMUL_WGMMA;
+      int alen = snprintf(algo_s, sizeof algo_s, "%s", algo_names[algo].name);
+      if (wg && o->tile_n) alen += snprintf(algo_s + alen, sizeof algo_s - (size_t)alen, "/%d", o->tile_n);
+      if (sk < 0) snprintf(algo_s + alen, sizeof algo_s - (size_t)alen, "/nosk");
       bench_row row;
       bench_row_init(&row, "matmul", shape_s, dtype_s, algo_s, BENCH_TFLOPS, flops);
       if (peer_ok) {
@@ -246,7 +260,7 @@ static int run_outputs(bench_env *env, const matmul_opts *o, const bench_cublas 
         row.peer_t = pt;
       }
       kiln_call kc;
-      kiln_call_init(&kc, env, x, ck, algo_names[o->algos[ai]].algo, o->tile_n);
+      kiln_call_init(&kc, env, x, ck, algo_names[algo].algo, o->tile_n, sk);
       if (poison(env, ck, c_count, x->out)) return -1;
       if (kiln_call_fn(&kc, 0)) {
         if (kc.st == KILN_ERROR_UNSUPPORTED) {
@@ -303,7 +317,8 @@ static int run_shape(bench_env *env, const matmul_opts *o, const bench_cublas *c
   CUdeviceptr ck = 0, cp = 0;
   int rc = 0;
   if (bench_alloc(env, x.a_stride * (size_t)x.rot, &x.a) || bench_alloc(env, x.b_stride * (size_t)x.rot, &x.b) ||
-      bench_alloc(env, c_bytes, &ck) || bench_alloc(env, c_bytes, &cp)) {
+      bench_alloc(env, c_bytes, &ck) || bench_alloc(env, c_bytes, &cp) ||
+      bench_alloc(env, BENCH_MATMUL_WS_BYTES, &x.ws)) {
     printf("note: matmul %lldx%lldx%lld %s skipped: device memory\n", (long long)s.m, (long long)s.n,
            (long long)s.k, bench_dtype_name(in));
     goto done;
@@ -322,6 +337,7 @@ done:
   bench_free(env, x.b);
   bench_free(env, ck);
   bench_free(env, cp);
+  bench_free(env, x.ws);
   return rc;
 }
 
@@ -338,6 +354,7 @@ static int parse(int argc, char **argv, matmul_opts *o) {
   memset(o, 0, sizeof *o);
   bench_common_init(&o->common);
   o->n_algos = 1; /* algos[0] = 0: auto */
+  o->n_sk = 1;    /* sk_modes[0] = 0: stream-K where it pays */
   o->dtypes[0] = BENCH_F16;
   o->n_dtypes = 1;
   o->outs[0] = BENCH_F32;
@@ -392,6 +409,11 @@ static int parse(int argc, char **argv, matmul_opts *o) {
     } else if (!strcmp(a, "--tile-n")) {
       if (!v || (strcmp(v, "64") && strcmp(v, "128") && strcmp(v, "256"))) return bad_value(a, v);
       o->tile_n = atoi(v);
+    } else if (!strcmp(a, "--stream-k")) {
+      if (!v || (strcmp(v, "auto") && strcmp(v, "off") && strcmp(v, "both"))) return bad_value(a, v);
+      o->n_sk = !strcmp(v, "both") ? 2 : 1;
+      o->sk_modes[0] = !strcmp(v, "auto") ? 0 : -1;
+      o->sk_modes[1] = 0;
     } else if (!strcmp(a, "--shapes")) {
       if (!v || (strcmp(v, "square") && strcmp(v, "llm") && strcmp(v, "all"))) return bad_value(a, v);
       o->square = strcmp(v, "llm") != 0;
