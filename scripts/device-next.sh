@@ -5,8 +5,9 @@
 # and on the device (carry ["build-ladder/carry-NAME.tgz"]):
 #   tar xzf build-ladder/carry-NAME.tgz -C /tmp && bash scripts/device-next.sh MODE /tmp/slim/NAME [BASE]
 # (BASE: main's build in the same carry, for the modes that compare with it). Waiting now
-# (2026-12-05, seventeenth session): branch wip/stream-k, carry-sk.tgz holding slim/sk and
-# slim/merged (main 2677d1a): modes sk, then skbench.
+# (2026-12-05, eighteenth session): branch wip/stream-k-phase (stream-K with each run's head
+# first), its mode skphase on that branch, carry-skp.tgz holding slim/skp (an sm_90a build of
+# the branch). Stream-K itself (modes sk, skbench) is on main since 6c274d2.
 #
 #   sk HEAD [BASE]   stream-K (issue 4): test_gpu_matmul's wgmma_stream_k and memcheck of it, the
 #                    4096^3 paired ratio of HEAD and BASE interleaved, 8192^3 with and without
