@@ -137,7 +137,7 @@ static kiln_status gemm_stream_k(const kiln_context *ctx, const char *op, const 
       (st = kiln_check_disjoint(op, "opts->workspace", ws->ptr, span, "b", B->data, B->span_bytes)) ||
       (st = kiln_check_disjoint(op, "opts->workspace", ws->ptr, span, "c", C->data, C->span_bytes)))
     return st;
-  kiln_wgmma_sk_args(&plan, ws->ptr, ctx, out);
+  kiln_wgmma_sk_args(&plan, ws->ptr, out);
   return KILN_OK;
 }
 

@@ -74,13 +74,14 @@ kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kern
  * the last wave is partial (tests, tuning); -1: never. items 0: none. */
 typedef struct kiln_wgmma_sk {
   int64_t items;
-  size_t bytes;
+  size_t bytes;       /* the workspace: the flags, then the partials */
+  size_t flags_bytes; /* the flags' part (2 a block, padded to 256 bytes) */
   int tile_n;
 } kiln_wgmma_sk;
 kiln_wgmma_sk kiln_wgmma_stream_k(const kiln_context *ctx, int64_t items, int64_t nk, int bn, int mode);
 /* Fills the kernel's stream-K arguments for a plan, in workspace ws (256-byte aligned, plan->bytes
  * long): the flags first, then the partials; a fresh epoch. */
-void kiln_wgmma_sk_args(const kiln_wgmma_sk *plan, void *ws, const kiln_context *ctx, kiln_stream_k *out);
+void kiln_wgmma_sk_args(const kiln_wgmma_sk *plan, void *ws, kiln_stream_k *out);
 /* Whether a WGMMA GEMM's C (row-major, batch matrices) can leave through shared memory by TMA
  * stores (c_staged of kiln_gemm_args and kiln_int8_args; kiln_wgmma_launch then builds its
  * map): beta = 0, row-major with 16-byte aligned rows and batch stride, rows a multiple of 16

@@ -131,14 +131,14 @@ static int64_t wgmma_slots(const kiln_context *ctx) { return ctx->info.sm_count 
 #define KILN_WGMMA_SK_MIN_WAVES 8
 #endif
 kiln_wgmma_sk kiln_wgmma_stream_k(const kiln_context *ctx, int64_t items, int64_t nk, int bn, int mode) {
-  kiln_wgmma_sk plan = {0, 0, 0};
+  kiln_wgmma_sk plan = {0, 0, 0, 0};
   const int64_t grid = wgmma_slots(ctx), rest = items % grid, waves = items / grid;
   const int64_t saved = nk - (rest * nk + grid - 1) / grid;
   const bool pays = waves >= KILN_WGMMA_SK_MIN_WAVES && saved >= KILN_WGMMA_SK_MIN_SLICES;
   if (mode < 0 || bn != 256 || rest == 0 || nk < 2 || rest * nk > INT32_MAX || (mode == 0 && !pays)) return plan;
   plan.items = rest, plan.tile_n = bn;
-  const size_t flags = ((size_t)grid * 2 * sizeof(uint64_t) + 255) & ~(size_t)255;
-  plan.bytes = flags + (size_t)grid * KILN_GEMM_WG_BM * (size_t)bn * 4; /* 2 warpgroups x 64 rows x bn, 4 bytes */
+  plan.flags_bytes = ((size_t)grid * 2 * sizeof(uint64_t) + 255) & ~(size_t)255;
+  plan.bytes = plan.flags_bytes + (size_t)grid * KILN_GEMM_WG_BM * (size_t)bn * 4; /* 2 warpgroups x 64 rows x bn */
   return plan;
 }
 
@@ -161,9 +161,8 @@ static uint64_t wgmma_epoch(void) {
   return z ? z : 1;
 }
 
-void kiln_wgmma_sk_args(const kiln_wgmma_sk *plan, void *ws, const kiln_context *ctx, kiln_stream_k *out) {
-  const size_t flags = ((size_t)wgmma_slots(ctx) * 2 * sizeof(uint64_t) + 255) & ~(size_t)255;
-  *out = (kiln_stream_k){.partials = (char *)ws + flags, .flags = (uint64_t *)ws, .epoch = wgmma_epoch(),
+void kiln_wgmma_sk_args(const kiln_wgmma_sk *plan, void *ws, kiln_stream_k *out) {
+  *out = (kiln_stream_k){.partials = (char *)ws + plan->flags_bytes, .flags = (uint64_t *)ws, .epoch = wgmma_epoch(),
                          .items = (int32_t)plan->items, .tile_n = plan->tile_n};
 }
 
