@@ -10,13 +10,13 @@
 /* Element dtypes as the kernels see them. */
 enum { KILN_DT_F32 = 0, KILN_DT_F16 = 1, KILN_DT_BF16 = 2 };
 
-/* Stream-K for the WGMMA GEMMs (kernels/gemm_sm90.cuh, gemm_stream_k): the last `items` work
- * items of the persistent walk are not dealt out whole but as one even run of K slices per block
- * (the grid's blocks cover items x nk slices together, so no block idles in a last, partial wave).
- * A block whose run starts inside a tile leaves its accumulators for that tile in its slot of
+/* Stream-K for the WGMMA GEMMs (kernels/gemm_sm90.cuh, Walk): the last `items` work items of
+ * the persistent walk are not dealt out whole but as one even run of K slices per block (the
+ * grid's blocks cover items x nk slices together, so no block idles in a last, partial wave).
+ * A block whose run ends inside a tile leaves its accumulators for that tile in its slot of
  * `partials` (grid x consumer warpgroups x 64 x BN values of 4 bytes, in the accumulators'
  * fragment order) and then sets its warpgroup's flag to `epoch`; the block that holds the tile's
- * first slice adds those partials, in block order, and stores C. The epoch (a new 64-bit value
+ * last slice adds those partials, in a fixed order, and stores C. The epoch (a new 64-bit value
  * per launch, never 0) makes flags left by earlier launches stale without a reset. items 0: no
  * stream-K, and the pointers are unused. */
 typedef struct kiln_stream_k {

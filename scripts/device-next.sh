@@ -79,6 +79,24 @@ sk)
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
+skphase)
+  # stream-K with the head walked first (branch wip/stream-k-phase): its test and memcheck, then
+  # split (on) against unsplit (off) at the shapes where the tail-first order lost or gained
+  H=$2
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  timeout 120 "$H/tests/test_gpu_matmul" --filter wgmma_stream_k >"$L/stream-k.log" 2>&1
+  echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
+  memcheck "$H/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  timeout 200 "$H/tools/kiln-bench" matmul --shape 2048x8192x28672 --shape 8192x8192x8192 --shape 8192x12288x4096 \
+    --algo wgmma --dtype f16 --paired --stream-k all --reps 10 >"$L/matmul-paired-big.txt" 2>&1
+  echo "kiln-bench matmul --paired --stream-k all: exit $?"; grep -E '^matmul ' "$L/matmul-paired-big.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  timeout 100 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --shape 2048x28672x8192 --algo wgmma --dtype all \
+    --paired --stream-k all --reps 30 >"$L/matmul-paired-4096.txt" 2>&1
+  echo "kiln-bench matmul --paired --stream-k all (4096^3): exit $?"; grep -E '^matmul ' "$L/matmul-paired-4096.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
 skbench)
   # the LLM shapes that AUTO splits (M 2048 and 8192), with and without stream-K, f16 (about 3 minutes)
   H=$2

@@ -27,9 +27,10 @@ const char bench_matmul_usage[] =
     "                   (4096,12288) (4096,4096) (8192,28672) (28672,8192)\n"
     "  --shape MxNxK             one shape instead (repeatable, up to 16)\n"
     "  --tile-n 64|128|256       force the WGMMA tile width (opts.tile_n; default: per shape)\n"
-    "  --stream-k auto|off|both  kiln's opts.stream_k, with a workspace always given: auto (0,\n"
-    "                   the default: split WGMMA's last wave where it pays), off (-1), both (a\n"
-    "                   row of each, the off row labelled /nosk)\n" BENCH_PAIRED_USAGE BENCH_COMMON_USAGE;
+    "  --stream-k auto|off|on|both|all  kiln's opts.stream_k, with a workspace always given:\n"
+    "                   auto (0, the default: split WGMMA's last wave where it pays), off (-1,\n"
+    "                   rows labelled /nosk), on (1, whenever the last wave is partial; --algo\n"
+    "                   wgmma; rows labelled /sk), both (off and auto), all (off, auto, on)\n" BENCH_PAIRED_USAGE BENCH_COMMON_USAGE;
 
 static const struct {
   const char *name;
@@ -59,7 +60,7 @@ typedef struct matmul_opts {
   shape custom[16]; /* --shape, overrides --shapes */
   int n_custom;
   int tile_n; /* --tile-n: opts.tile_n of the WGMMA runs */
-  int sk_modes[2]; /* --stream-k: opts.stream_k values, one row each */
+  int sk_modes[3]; /* --stream-k: opts.stream_k values, one row each */
   int n_sk;
   bench_common common;
 } matmul_opts;
@@ -252,7 +253,7 @@ static int run_outputs(bench_env *env, const matmul_opts *o, const bench_cublas 
       const int wg = algo_names[algo].algo == KILN_MATMUL_WGMMA;
       int alen = snprintf(algo_s, sizeof algo_s, "%s", algo_names[algo].name);
       if (wg && o->tile_n) alen += snprintf(algo_s + alen, sizeof algo_s - (size_t)alen, "/%d", o->tile_n);
-      if (sk < 0) snprintf(algo_s + alen, sizeof algo_s - (size_t)alen, "/nosk");
+      if (sk) snprintf(algo_s + alen, sizeof algo_s - (size_t)alen, sk < 0 ? "/nosk" : "/sk");
       bench_row row;
       bench_row_init(&row, "matmul", shape_s, dtype_s, algo_s, BENCH_TFLOPS, flops);
       if (peer_ok) {
@@ -410,10 +411,16 @@ static int parse(int argc, char **argv, matmul_opts *o) {
       if (!v || (strcmp(v, "64") && strcmp(v, "128") && strcmp(v, "256"))) return bad_value(a, v);
       o->tile_n = atoi(v);
     } else if (!strcmp(a, "--stream-k")) {
-      if (!v || (strcmp(v, "auto") && strcmp(v, "off") && strcmp(v, "both"))) return bad_value(a, v);
-      o->n_sk = !strcmp(v, "both") ? 2 : 1;
-      o->sk_modes[0] = !strcmp(v, "auto") ? 0 : -1;
-      o->sk_modes[1] = 0;
+      static const struct {
+        const char *name;
+        int n, modes[3];
+      } sk_names[] = {{"auto", 1, {0}}, {"off", 1, {-1}}, {"on", 1, {1}}, {"both", 2, {-1, 0}}, {"all", 3, {-1, 0, 1}}};
+      int found = -1;
+      for (int i = 0; v && i < (int)(sizeof sk_names / sizeof sk_names[0]); i++)
+        if (!strcmp(v, sk_names[i].name)) found = i;
+      if (found < 0) return bad_value(a, v);
+      o->n_sk = sk_names[found].n;
+      memcpy(o->sk_modes, sk_names[found].modes, sizeof o->sk_modes);
     } else if (!strcmp(a, "--shapes")) {
       if (!v || (strcmp(v, "square") && strcmp(v, "llm") && strcmp(v, "all"))) return bad_value(a, v);
       o->square = strcmp(v, "llm") != 0;
