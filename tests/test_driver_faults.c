@@ -565,8 +565,8 @@ static void matmul_layouts(kiln_context *ctx) {
 
 /* kiln_matmul's stream-K workspace on the fake H200 (132 SMs): 53 x 20 = 1060 tiles of 128 x 256
  * with 32 K slices each are eight waves and 4 tiles, whose split saves the longest block 31
- * slices, which the rule takes (not at width 128: no kernels; nor with half the rows: four
- * waves); the query's size is the flags (2 a block, padded to 256 bytes) and a 128 x 256 f32
+ * slices, which the rule takes (as with half the rows: four waves and 12 tiles, 29 saved; not
+ * at width 128: no kernels; nor with K = 512: 8 slices a tile, 7 saved); the query's size is the flags (2 a block, padded to 256 bytes) and a 128 x 256 f32
  * partial a block. The workspace is refused, naming it and before any launch, when misaligned
  * or overlapping an operand, and when too small for stream_k 1; stream_k 0 with too little runs
  * unsplit. (A fuzz build's fake also holds the kernel's flags and partials to the declared
@@ -589,6 +589,11 @@ static void matmul_stream_k(kiln_context *ctx) {
   int64_t a_shape[2] = {3392, 2048}, c_shape[2] = {3392, 5120};
   half.shape = a_shape, c_half.shape = c_shape;
   assert_kiln_ok(kiln_matmul_workspace_size(ctx, &half, &b->dl_tensor, &c_half, &o, &need));
+  assert_int_equal(need, 2304 + 132 * 128 * 256 * 4);
+  DLTensor short_a = half, short_b = b->dl_tensor; /* K = 512: the first 512 columns of a, rows of b */
+  int64_t sa_shape[2] = {3392, 512}, sa_strides[2] = {2048, 1}, sb_shape[2] = {512, 5120};
+  short_a.shape = sa_shape, short_a.strides = sa_strides, short_b.shape = sb_shape;
+  assert_kiln_ok(kiln_matmul_workspace_size(ctx, &short_a, &short_b, &c_half, &o, &need));
   assert_int_equal(need, 0);
   o.tile_n = 0, o.stream_k = -1;
   assert_kiln_ok(kiln_matmul_workspace_size(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, &need));

@@ -115,20 +115,20 @@ static int64_t wgmma_slots(const kiln_context *ctx) { return ctx->info.sm_count 
  * so at 8192^3 (2048 tiles of 128 x 256 on 132 SMs) the last wave leaves 64 SMs idle for a
  * sixteenth of the run. Dealing the last T mod G tiles out as even runs of K slices instead
  * makes every block's work equal to within one slice: the longest block does nk - ceil(rest ·
- * nk / G) slices fewer. It costs, measured on the H200 (docs/performance.md):
- *   - a 128 x 256 partial (128 KB) a block, written and read through L2: 10-14 us, the time of
- *     13-18 slices (4096^3 saves 7 and ran 2-4 % slower);
- *   - the L2's reuse: the blocks of the split wave run at K offsets spread over the whole K,
- *     not in step as whole tiles do, so they stop sharing their A and B slices in L2
- *     (2048 x 8192 x 28672, whose split wave is a quarter of the run: 15 % slower).
- * Hence the rule: at least KILN_WGMMA_SK_MIN_SLICES saved, and at least KILN_WGMMA_SK_MIN_WAVES
- * whole waves before the split one, so that it is at most a ninth of the run (8192^3 and the
- * LLM shapes measured +0.4 to +1.8 % paired). Only the 256-wide tiles have the kernels. */
+ * nk / G) slices fewer. It costs, measured on the H200 and the H100 (docs/performance.md):
+ *   - a 128 x 256 partial (128 KB) a block, written and read through L2: ~10 us, the time of
+ *     13-18 slices (4096^3 saves 7 and ran 2-3 % slower; 13-15 saved lost 0.3-0.5 %);
+ *   - nothing of the L2's reuse, now that each run walks its head first (Walk): the split wave's
+ *     blocks stay at two K offsets (with the tail first they spread over the whole K and
+ *     2048 x 8192 x 28672 ran 15 % slower; head first it gained 2 %).
+ * Hence the rule: at least KILN_WGMMA_SK_MIN_SLICES saved, after at least
+ * KILN_WGMMA_SK_MIN_WAVES whole waves (every measured shape meeting both gained 1-3.5 %
+ * paired; none was measured with no whole wave). Only the 256-wide tiles have the kernels. */
 #ifndef KILN_WGMMA_SK_MIN_SLICES
 #define KILN_WGMMA_SK_MIN_SLICES 24
 #endif
 #ifndef KILN_WGMMA_SK_MIN_WAVES
-#define KILN_WGMMA_SK_MIN_WAVES 8
+#define KILN_WGMMA_SK_MIN_WAVES 1
 #endif
 kiln_wgmma_sk kiln_wgmma_stream_k(const kiln_context *ctx, int64_t items, int64_t nk, int bn, int mode) {
   kiln_wgmma_sk plan = {0, 0, 0, 0};
