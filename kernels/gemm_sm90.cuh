@@ -422,6 +422,18 @@ KILN_DEVICE void sk_take(Acc (&d)[BN / 2], const kiln_stream_k &sk, int block, i
 #define KILN_GEMM_STORE_PROBE 0
 #endif
 
+/* Tuning rung (KILN_TUNE_DEFS): consumer warpgroup 1 starts this many K slices after warpgroup 0
+ * (0: together). Why: the two consumers finish a tile together and both spend its epilogue with
+ * the tensor pipe idle (rung store-probe: 6-15 % of the f16 kernel with f32 C, 18-24 % of int8).
+ * Skewed, one warpgroup's epilogue runs while the other still issues its last slices alone (one
+ * warpgroup's m64n256 wgmmas can keep the pipe busy), and the lag carries over: the first to
+ * finish its epilogue runs the next tile's first slices alone while the other stores. The cost:
+ * a stage is held until both have read it, so the producer's lead shrinks by the skew. */
+#ifndef KILN_GEMM_WG_SKEW
+#define KILN_GEMM_WG_SKEW 0
+#endif
+#define KILN_GEMM_SKEW_BARRIER 3 /* named barrier: 1 + cw are the consumers' epilogue barriers */
+
 /* SK: the kernel walks stream-K units too (kiln_stream_k; a kernel of its own, so that the
  * plain walk's code stays as it was) */
 template <class T, bool A_K, bool B_K, int BN, int CLUSTER, bool SK>
@@ -511,6 +523,7 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
     uint8_t *stage = smem + STAGES * STAGE_BYTES + 1024 + cw * (KILN_GEMM_WG_STAGE_C_BYTES / 2);
     typename T::Acc d[BN / 2];
     int it = 0, item, kb, ke;
+    if (KILN_GEMM_WG_SKEW > 0 && cw == 1) named_sync(KILN_GEMM_SKEW_BARRIER, 256); /* warpgroup 0's first slices issued */
     for (Walk<SK> walk = walk0; walk.next(item, kb, ke);) {
       int tm, tn;
       const int b = item / items;
@@ -535,6 +548,7 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
         wgmma_commit();
         wgmma_wait<1>(); /* the previous stage's wgmmas have retired: give its buffers back */
         if (kt > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
+        if (KILN_GEMM_WG_SKEW > 0 && cw == 0 && it + 1 == KILN_GEMM_WG_SKEW) named_arrive(KILN_GEMM_SKEW_BARRIER, 256);
       }
       wgmma_wait<0>();
       if (slices > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
@@ -549,12 +563,14 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
       }
       void *C = (char *)p.c + b * p.c_bs * (p.c_dtype == KILN_DT_F32 ? 4 : 2);
       if (KILN_GEMM_STORE_PROBE && p.m >= 0) { /* the probe: no stores (results are garbage) */
-      } else if (CLUSTER == 1 && p.c_staged) {
+      } else if (p.c_staged) {
         store_staged<typename T::Value, BN>(d, p, stage, map_c, tm * BM + 64 * cw, tn * BN, b, t, cw);
       } else {
         T::template store<BN>(d, p, C, tm * BM + 64 * cw + 16 * warp, tn * BN, lane);
       }
     }
+    if (KILN_GEMM_WG_SKEW > 0 && cw == 0 && it < KILN_GEMM_WG_SKEW)
+      named_arrive(KILN_GEMM_SKEW_BARRIER, 256); /* fewer slices than the skew: warpgroup 1 still waits */
     if (t == 0) bulk_wait<0>(); /* the block's shared memory stays until its stores are done (none: no-op) */
   }
   if (CLUSTER > 1) cluster_sync(); /* stay resident while the peer may still multicast or arrive here */

@@ -28,7 +28,10 @@ build v5-cpa-128x128-2blk "KILN_GEMM_CPA_BN=128;KILN_GEMM_CPA_BK=32;KILN_GEMM_CP
 # v6: CP_ASYNC 128x128x64, 3 stages, two blocks per SM
 build v6-cpa-128x128x64-2blk "KILN_GEMM_CPA_BN=128;KILN_GEMM_CPA_BK=64;KILN_GEMM_CPA_STAGES=3;KILN_GEMM_CPA_BLOCKS_PER_SM=2"
 # WGMMA w2: 128x256 tiles in 2-CTA clusters sharing B by TMA multicast (off by default: it
-#     measured 7 % slower at 4096^3), for comparison with the default build in the same GPU call
+#     measured 7 % slower at 4096^3), for comparison with the default build in the same GPU call.
+#     Since rung pairs2 (2026-12-05) the pairs stage C through shared memory as single CTAs do,
+#     and kiln_matmul_int8 has a pair kernel too: measured 0.5 % slower at 4096^3 f16, int8 the
+#     same (docs/performance.md, "Rung pairs2"): L2 bandwidth does not bound these kernels
 build w2-wgmma-pairs "KILN_WGMMA_PAIRS=1"
 # WGMMA w3: the band height of the persistent grid's L2-friendly tile order (kiln_gemm_args.group_m,
 #     tile rows per band; 8 on main). At 4096^3 with 128 x 256 tiles a wave of 132 tiles covers
@@ -74,3 +77,12 @@ ladder_step gemm e3 "KILN_GEMM_C_PIECE_ROWS=16" 2f69510
 # steady 1-3 % (0.46-0.48x cuBLAS), not taken (docs/performance.md, ladder table). kiln-bench only:
 # kiln-bench matmul --shape 4096x4096x4096 --shape 8192x8192x8192 --algo cp_async --dtype all.
 ladder_step gemm v9-cpa-s4 "KILN_GEMM_CPA_STAGES=4"
+# skew (2026-12-05): consumer warpgroup 1 starts KILN_GEMM_WG_SKEW K slices
+# after warpgroup 0, so that one warpgroup's epilogue runs under the other's last wgmmas instead
+# of both idling the tensor pipe together. Predicted: up to half of the epilogue's share at
+# 4096^3 (1-2 %), more for int8; a skew above 1-2 may starve the leader (the ring's lead shrinks
+# by the skew). Measured with scripts/device-next.sh skew against skew 0 (H100, 2026-12-05):
+# +0-0.3 % at 4096^3 f16, nothing for int8, inside the spread; not taken (docs/performance.md).
+ladder_step gemm s1 "KILN_GEMM_WG_SKEW=1"
+ladder_step gemm s2 "KILN_GEMM_WG_SKEW=2"
+ladder_step gemm s3 "KILN_GEMM_WG_SKEW=3"
