@@ -19,3 +19,8 @@
 KILN_WGMMA_ENTRY(kiln_gemm_wgmma256_i8_kk, kiln::sm90::WgmmaS8, kiln_int8_args, true, true, 256, 1, false, KILN_NO_ATTRS)
 KILN_WGMMA_ENTRY(kiln_gemm_wgmma128_i8_kk, kiln::sm90::WgmmaS8, kiln_int8_args, true, true, 128, 1, false, KILN_NO_ATTRS)
 KILN_WGMMA_ENTRY(kiln_gemm_wgmma64_i8_kk, kiln::sm90::WgmmaS8, kiln_int8_args, true, true, 64, 1, false, KILN_NO_ATTRS)
+/* 128 x 256 tiles in 2-CTA clusters sharing B by TMA multicast (KILN_WGMMA_PAIRS builds only) */
+#if KILN_WGMMA_PAIRS
+KILN_WGMMA_ENTRY(kiln_gemm_wgmma256c_i8_kk, kiln::sm90::WgmmaS8, kiln_int8_args, true, true, 256, 2, false,
+                 KILN_CLUSTER_PAIR)
+#endif

@@ -21,8 +21,10 @@
 #define KILN_WGMMA_PAIR_KERNELS(X)                               \
   KILN_GEMM_KERNELS_FOR(X, wgmma256c, f16, , "gemm_sm90")        \
   KILN_GEMM_KERNELS_FOR(X, wgmma256c, bf16, , "gemm_sm90")
+#define KILN_INT8_PAIR_KERNELS(X) X(KILN_K_GEMM_wgmma256c_i8_KK, "kiln_gemm_wgmma256c_i8_kk", "gemm_int8_sm90")
 #else
 #define KILN_WGMMA_PAIR_KERNELS(X)
+#define KILN_INT8_PAIR_KERNELS(X)
 #endif
 
 #define KILN_GEMM_KERNELS_FOR(X, algo, dt, suffix, image)                                          \
@@ -86,7 +88,8 @@
   X(KILN_K_GEMM_cpasync_i8_KK, "kiln_gemm_cpasync_i8_kk", "gemm_int8_sm80")         \
   X(KILN_K_GEMM_wgmma256_i8_KK, "kiln_gemm_wgmma256_i8_kk", "gemm_int8_sm90")       \
   X(KILN_K_GEMM_wgmma128_i8_KK, "kiln_gemm_wgmma128_i8_kk", "gemm_int8_sm90")       \
-  X(KILN_K_GEMM_wgmma64_i8_KK, "kiln_gemm_wgmma64_i8_kk", "gemm_int8_sm90")
+  X(KILN_K_GEMM_wgmma64_i8_KK, "kiln_gemm_wgmma64_i8_kk", "gemm_int8_sm90")       \
+  KILN_INT8_PAIR_KERNELS(X)
 
 #define KILN_KERNELS(X)                                          \
   X(KILN_K_CAST, "kiln_cast", "cast")                            \

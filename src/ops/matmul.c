@@ -236,8 +236,8 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
   const bool wg_pair = wg && wg_bn == 256 && tiles_m >= 2 && ctx->wg_pair_clusters > 0 && KILN_WGMMA_PAIRS;
   if (wg) {
     const int64_t items = wg_pair ? (tiles_m + 1) / 2 * (tiles / tiles_m) * batch : tiles * batch;
-    /* single CTAs: C through shared memory and TMA stores where it can (kiln_wgmma_c_staged) */
-    args.c_staged = !wg_pair && C.batch == batch && kiln_wgmma_c_staged(&C, beta);
+    /* C through shared memory and TMA stores where it can (kiln_wgmma_c_staged) */
+    args.c_staged = C.batch == batch && kiln_wgmma_c_staged(&C, beta);
     if (ws && !wg_pair) {
       kiln_status st = gemm_stream_k(ctx, op, ws, items, A.cols, wg_bn, &A, &B, &C, &args.sk);
       if (st || ws->need) return st;

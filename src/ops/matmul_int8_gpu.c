@@ -76,20 +76,29 @@ kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const 
   if (algo == KILN_INT8_AUTO) algo = no_wgmma ? KILN_INT8_MMA_SYNC : KILN_INT8_WGMMA;
   if (algo == KILN_INT8_WGMMA) {
     const int bn = kiln_wgmma_tile_n(p.m, p.n, p.batch, ctx->info.sm_count);
-    const int64_t items = (((int64_t)p.m + KILN_GEMM_WG_BM - 1) / KILN_GEMM_WG_BM) * (((int64_t)p.n + bn - 1) / bn) *
-                          p.batch;
+    const int64_t tiles_m = ((int64_t)p.m + KILN_GEMM_WG_BM - 1) / KILN_GEMM_WG_BM;
+    const int64_t tiles_n = ((int64_t)p.n + bn - 1) / bn;
+    /* With KILN_WGMMA_PAIRS, 128 x 256 tiles go in 2-CTA clusters sharing B (as kiln_matmul's) */
+    const bool pair = bn == 256 && tiles_m >= 2 && ctx->wg_pair_clusters > 0 && KILN_WGMMA_PAIRS;
+    const int64_t items = (pair ? (tiles_m + 1) / 2 : tiles_m) * tiles_n * p.batch;
     if (items > INT32_MAX) /* the persistent grid walks tiles of every batch with a 32-bit index */
       return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
                        "%s: C is [%d, %d] x batch %d, %" PRId64 " tiles of %dx%d, more than a grid holds (2^31-1); "
                        "split the product",
                        op, in->m, in->n, p.batch, items, KILN_GEMM_WG_BM, bn);
-    const kiln_kernel_id kernel = bn == 256   ? KILN_K_GEMM_wgmma256_i8_KK
+#if KILN_WGMMA_PAIRS
+    const kiln_kernel_id pair_kernel = KILN_K_GEMM_wgmma256c_i8_KK;
+#else
+    const kiln_kernel_id pair_kernel = KILN_K_CAST; /* unreachable: pair is false without the pair kernels */
+#endif
+    const kiln_kernel_id kernel = pair        ? pair_kernel
+                                  : bn == 256 ? KILN_K_GEMM_wgmma256_i8_KK
                                   : bn == 128 ? KILN_K_GEMM_wgmma128_i8_KK
                                               : KILN_K_GEMM_wgmma64_i8_KK;
     /* C through shared memory and TMA stores where it can (kiln_wgmma_c_staged; no beta here) */
     const kiln_matrix C = kiln_matrix_strided(p.c, kiln_dt_dtype(p.c_dtype), p.batch, p.m, p.n, p.c_bs, p.c_rs, p.c_cs);
     p.c_staged = kiln_wgmma_c_staged(&C, 0.f);
-    return kiln_wgmma_launch(ctx, op, kernel, &A, &B, p.c_staged ? &C : NULL, bn, false, items, false, &p, stream);
+    return kiln_wgmma_launch(ctx, op, kernel, &A, &B, p.c_staged ? &C : NULL, bn, pair, items, false, &p, stream);
   }
 
   const bool aligned = kiln_matrix_aligned16(&A) && kiln_matrix_aligned16(&B); /* 16-byte vector loads */
