@@ -4,11 +4,17 @@
 #   scripts/slim-build.sh BUILD build-ladder/slim/NAME && (cd build-ladder && tar czf carry-NAME.tgz slim/NAME ...)
 # and on the device (carry ["build-ladder/carry-NAME.tgz"]):
 #   tar xzf build-ladder/carry-NAME.tgz -C /tmp && bash scripts/device-next.sh MODE /tmp/slim/NAME [BASE]
-# (BASE: main's build in the same carry, for the modes that compare with it). Waiting now
-# (2026-12-05, eighteenth session): branch wip/stream-k-phase (stream-K with each run's head
-# first), its mode skphase on that branch, carry-skp.tgz holding slim/skp (an sm_90a build of
-# the branch). Stream-K itself (modes sk, skbench) is on main since 6c274d2.
+# (BASE: main's build in the same carry, for the modes that compare with it). Nothing waits now
+# (2026-12-05, nineteenth session: skphase, skew and pairs ran on an H100, docs/performance.md).
+# Several modes fit one call: each paired 4096^3 run takes seconds.
 #
+#   skphase HEAD     (done, merged) stream-K with each run's head first: test, memcheck, split
+#                    against unsplit at the shapes where the tail-first order lost or gained
+#   skew HEAD BASE OTHERS...  (done, not taken) rung skew: HEAD (skew 2, with tests) its GPU
+#                    tests and memcheck, then HEAD, BASE (skew 0) and the others' kiln-bench
+#                    paired at 4096^3 (matmul, int8) three times interleaved, 8192^3 once each
+#   pairs HEAD BASE OTHERS...  (done, not taken) rung pairs2 (a KILN_WGMMA_PAIRS=1 build): the
+#                    pair tests and memcheck, then paired matmul / int8 at 4096^3 and 8192^3
 #   sk HEAD [BASE]   stream-K (issue 4): test_gpu_matmul's wgmma_stream_k and memcheck of it, the
 #                    4096^3 paired ratio of HEAD and BASE interleaved, 8192^3 with and without
 #                    the split, then every matmul and int8 test (about 4 minutes)
@@ -50,6 +56,99 @@ memcheck() { # memcheck PROGRAM FILTER LOG
   echo "memcheck $(basename "$1") --filter '$2': exit $rc ($(grep -m1 -E 'ERROR SUMMARY' "$3"))"
 }
 case $mode in
+pairs)
+  # rung pairs2 (a KILN_WGMMA_PAIRS=1 build): 128 x 256 tiles in 2-CTA
+  # clusters sharing B by TMA multicast, now with C through shared memory and TMA stores, for
+  # kiln_matmul and (new) kiln_matmul_int8. Why: per tile slice a CTA reads 32 KB from L2
+  # instead of 48, and int8 (and f16 at 4096^3) may be bound by L2 -> SM bandwidth (~8 TB/s in
+  # both no-store probes). HEAD: the pair build with tests; BASE: main's kernels (kiln-bench)
+  H=$2
+  shift 2 # then BASE and any other kiln-bench builds (e.g. the pair build with skew)
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  for t in "test_gpu_int8" "test_gpu_matmul --filter large_square" "test_gpu_matmul --filter llm_shapes*" \
+    "test_gpu_matmul --filter batched" "test_gpu_matmul --filter wgmma_tile_widths"; do
+    n=$(echo "$t" | tr ' *' '__')
+    timeout 200 "$H/tests/"$t >"$L/$n.log" 2>&1
+    echo "$t: exit $?: $(grep -E 'PASSED|FAILED|ERROR' "$L/$n.log" | head -6 | tr '\n' ' ')"
+  done
+  memcheck "$H/tests/test_gpu_int8" "wgmma_and_mma_sync" "$L/memcheck-int8.log"
+  memcheck "$H/tests/test_gpu_matmul" "wgmma_tile_widths" "$L/memcheck-matmul.log"
+  for b in "$@"; do # the other builds with tests: the pair tests only
+    [ -x "$b/tests/test_gpu_int8" ] || continue
+    for t in "test_gpu_int8 --filter wgmma_and_mma_sync" "test_gpu_matmul --filter wgmma_tile_widths"; do
+      n=$(basename "$b")-$(echo "$t" | tr ' *' '__')
+      timeout 200 "$b/tests/"$t >"$L/$n.log" 2>&1
+      echo "$(basename "$b") $t: exit $?: $(grep -E 'PASSED|FAILED|ERROR' "$L/$n.log" | head -6 | tr '\n' ' ')"
+    done
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  for round in 1 2; do
+    for b in "$H" "$@"; do
+      n=$(basename "$b")
+      timeout 60 "$b/tools/kiln-bench" int8 --shape 4096x4096x4096 --shape 8192x8192x8192 --algo wgmma --paired \
+        --reps 20 >"$L/int8-$round-$n.txt" 2>&1
+      echo "$n round $round int8: exit $?"; grep -E '^int8 ' "$L/int8-$round-$n.txt"
+      timeout 90 "$b/tools/kiln-bench" matmul --shape 4096x4096x4096 --shape 8192x8192x8192 --algo wgmma --dtype f16 \
+        --paired --stream-k off --reps 20 >"$L/matmul-$round-$n.txt" 2>&1
+      echo "$n round $round matmul f16: exit $?"; grep -E '^matmul ' "$L/matmul-$round-$n.txt"
+    done
+    tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  done
+  ;;
+skew)
+  # rung skew (KILN_GEMM_WG_SKEW): consumer warpgroup 1 a few K slices behind
+  # warpgroup 0, so that one's epilogue overlaps the other's last wgmmas. HEAD: a build with
+  # skew 2 and test_gpu_matmul / test_gpu_int8; then BASE (main's kernels) and the other rungs'
+  # kiln-bench builds (e.g. /tmp/slim/gemm-s1 /tmp/slim/gemm-s3), paired against cuBLAS,
+  # interleaved twice
+  H=$2
+  shift 2
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  for t in "test_gpu_matmul --filter wgmma*" "test_gpu_int8"; do
+    timeout 200 "$H/tests/"$t >"$L/${t%% *}.log" 2>&1
+    echo "$t: exit $?: $(grep -E 'PASSED|FAILED|ERROR' "$L/${t%% *}.log" | head -6 | tr '\n' ' ')"
+  done
+  memcheck "$H/tests/test_gpu_matmul" "wgmma_tile_widths" "$L/memcheck-matmul.log"
+  memcheck "$H/tests/test_gpu_int8" "wgmma_and_mma_sync" "$L/memcheck-int8.log"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  for round in 1 2 3; do
+    for b in "$H" "$@"; do
+      n=$(basename "$b")
+      timeout 60 "$b/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo wgmma --dtype all --paired --stream-k off \
+        --reps 30 >"$L/matmul-4096-$round-$n.txt" 2>&1
+      echo "$n round $round matmul 4096^3: exit $?"; grep -E '^matmul ' "$L/matmul-4096-$round-$n.txt"
+      timeout 60 "$b/tools/kiln-bench" int8 --shape 4096x4096x4096 --algo wgmma --paired --reps 30 \
+        >"$L/int8-4096-$round-$n.txt" 2>&1
+      echo "$n round $round int8 4096^3: exit $?"; grep -E '^int8 ' "$L/int8-4096-$round-$n.txt"
+    done
+    tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  done
+  for b in "$H" "$@"; do
+    n=$(basename "$b")
+    timeout 90 "$b/tools/kiln-bench" matmul --shape 8192x8192x8192 --algo wgmma --dtype f16 --paired --stream-k off \
+      --reps 10 >"$L/matmul-8192-$n.txt" 2>&1
+    echo "$n matmul 8192^3: exit $?"; grep -E '^matmul ' "$L/matmul-8192-$n.txt"
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+skphase)
+  # stream-K with the head walked first: its test and memcheck, then
+  # split (on) against unsplit (off) at the shapes where the tail-first order lost or gained
+  H=$2
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  timeout 120 "$H/tests/test_gpu_matmul" --filter wgmma_stream_k >"$L/stream-k.log" 2>&1
+  echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
+  memcheck "$H/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  timeout 200 "$H/tools/kiln-bench" matmul --shape 2048x8192x28672 --shape 8192x8192x8192 --shape 8192x12288x4096 \
+    --algo wgmma --dtype f16 --paired --stream-k all --reps 10 >"$L/matmul-paired-big.txt" 2>&1
+  echo "kiln-bench matmul --paired --stream-k all: exit $?"; grep -E '^matmul ' "$L/matmul-paired-big.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  timeout 100 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --shape 2048x28672x8192 --algo wgmma --dtype all \
+    --paired --stream-k all --reps 30 >"$L/matmul-paired-4096.txt" 2>&1
+  echo "kiln-bench matmul --paired --stream-k all (4096^3): exit $?"; grep -E '^matmul ' "$L/matmul-paired-4096.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
 sk)
   # stream-K of the WGMMA GEMM (issue 4): its GPU test, memcheck of it, every matmul and int8
   # test (the int8 GEMM shares the template), then paired ratios against cuBLAS with and
@@ -77,24 +176,6 @@ sk)
     timeout 200 "$H/tests/$t" >"$L/$t.log" 2>&1
     echo "$t: exit $? in $(($(date +%s) - s)) s: $(grep -E 'PASSED|FAILED|SKIP' "$L/$t.log" | tr '\n' ' ')"
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
-  ;;
-skphase)
-  # stream-K with the head walked first (branch wip/stream-k-phase): its test and memcheck, then
-  # split (on) against unsplit (off) at the shapes where the tail-first order lost or gained
-  H=$2
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
-  timeout 120 "$H/tests/test_gpu_matmul" --filter wgmma_stream_k >"$L/stream-k.log" 2>&1
-  echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
-  memcheck "$H/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
-  timeout 200 "$H/tools/kiln-bench" matmul --shape 2048x8192x28672 --shape 8192x8192x8192 --shape 8192x12288x4096 \
-    --algo wgmma --dtype f16 --paired --stream-k all --reps 10 >"$L/matmul-paired-big.txt" 2>&1
-  echo "kiln-bench matmul --paired --stream-k all: exit $?"; grep -E '^matmul ' "$L/matmul-paired-big.txt"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
-  timeout 100 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --shape 2048x28672x8192 --algo wgmma --dtype all \
-    --paired --stream-k all --reps 30 >"$L/matmul-paired-4096.txt" 2>&1
-  echo "kiln-bench matmul --paired --stream-k all (4096^3): exit $?"; grep -E '^matmul ' "$L/matmul-paired-4096.txt"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 skbench)
