@@ -107,9 +107,10 @@ typedef struct kiln_gemm_args {
 #define KILN_GEMM_WG_SMEM_BYTES(bn) \
   (KILN_GEMM_WG_STAGES(bn) * (KILN_GEMM_WG_BM + (bn)) * KILN_GEMM_WG_BK * 2 + 1024 + 1024 + KILN_GEMM_WG_STAGE_C_BYTES)
 
-/* WGMMA 2-CTA clusters sharing B by TMA multicast (gemm_sm90.cu): built and used only with
- * KILN_TUNE_DEFS="KILN_WGMMA_PAIRS=1" (ladder rung w2), as on the H200 they measured 7 % slower
- * than single CTAs at 4096^3 (docs/performance.md). */
+/* WGMMA 2-CTA clusters sharing B by TMA multicast (gemm_sm90.cu, gemm_int8_sm90.cu): built and
+ * used only with KILN_TUNE_DEFS="KILN_WGMMA_PAIRS=1" (ladder rungs w2 and pairs2), as they
+ * measured 7 % slower than single CTAs at 4096^3 with direct stores (H200) and, staging C as
+ * single CTAs do, 0.5 % slower for f16 and the same for int8 (H100; docs/performance.md). */
 #ifndef KILN_WGMMA_PAIRS
 #define KILN_WGMMA_PAIRS 0
 #endif
