@@ -8,6 +8,7 @@
 # (2026-12-05, nineteenth session: skphase, skew and pairs ran on an H100, docs/performance.md).
 # Several modes fit one call: each paired 4096^3 run takes seconds.
 #
+#   rule HEAD        main's checks after the stream-K rule's change, and int8 unpaired / paired
 #   skphase HEAD     (done, merged) stream-K with each run's head first: test, memcheck, split
 #                    against unsplit at the shapes where the tail-first order lost or gained
 #   skew HEAD BASE OTHERS...  (done, not taken) rung skew: HEAD (skew 2, with tests) its GPU
@@ -56,6 +57,32 @@ memcheck() { # memcheck PROGRAM FILTER LOG
   echo "memcheck $(basename "$1") --filter '$2': exit $rc ($(grep -m1 -E 'ERROR SUMMARY' "$3"))"
 }
 case $mode in
+rule)
+  # main after the stream-K rule's change (one whole wave): every matmul and int8 test, memcheck
+  # of wgmma_stream_k, AUTO's choice beside forced off / on at shapes on both sides of the rule,
+  # and the int8 GEMM unpaired and paired in turn (issue 5's 0.76x is a paired figure; the
+  # unpaired runs of 2026-12-04 gave 0.99-1.00x)
+  H=$2
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  for t in test_gpu_matmul test_gpu_int8; do
+    timeout 200 "$H/tests/$t" >"$L/$t.log" 2>&1
+    echo "$t: exit $?: $(grep -E 'PASSED|FAILED' "$L/$t.log" | tr '\n' ' ')"
+  done
+  memcheck "$H/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  for round in 1 2; do
+    timeout 60 "$H/tools/kiln-bench" int8 --shape 4096x4096x4096 --algo wgmma --reps 30 >"$L/int8-unpaired-$round.txt" 2>&1
+    echo "int8 unpaired round $round: exit $?"; grep -E '^int8 ' "$L/int8-unpaired-$round.txt"
+    timeout 60 "$H/tools/kiln-bench" int8 --shape 4096x4096x4096 --algo wgmma --paired --reps 30 >"$L/int8-paired-$round.txt" 2>&1
+    echo "int8 paired round $round: exit $?"; grep -E '^int8 ' "$L/int8-paired-$round.txt"
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  timeout 300 "$H/tools/kiln-bench" matmul --shape 1024x8192x28672 --shape 2048x8192x28672 --shape 4096x8192x16384 \
+    --shape 8192x8192x8192 --shape 4096x4096x4096 --shape 2048x4096x16384 --shape 3072x8192x8192 --algo auto \
+    --dtype f16 --paired --stream-k all --reps 10 >"$L/matmul-rule.txt" 2>&1
+  echo "kiln-bench matmul --algo auto --stream-k all: exit $?"; grep -E '^matmul ' "$L/matmul-rule.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
 pairs)
   # rung pairs2 (a KILN_WGMMA_PAIRS=1 build): 128 x 256 tiles in 2-CTA
   # clusters sharing B by TMA multicast, now with C through shared memory and TMA stores, for
