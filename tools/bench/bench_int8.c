@@ -29,7 +29,9 @@ const char bench_int8_usage[] =
     "                   square: M=N=K in 1024, 2048, 4096, 8192 (--quick: 4096)\n"
     "                   llm: M in 16, 128, 2048 (--quick: 2048) x (K,N) in (4096,4096)\n"
     "                   (4096,12288) (8192,28672) (28672,8192)\n"
-    "  --shape MxNxK             one shape instead (repeatable, up to 16)\n" BENCH_PAIRED_USAGE BENCH_COMMON_USAGE;
+    "  --shape MxNxK             one shape instead (repeatable, up to 16)\n"
+    "  --rotate-c on|off         C in rotating copies too, as A and W, so that no call writes into the\n"
+    "                            C lines the call before it left in L2 (default off: one C each)\n" BENCH_PAIRED_USAGE BENCH_COMMON_USAGE;
 
 typedef struct shape {
   int64_t m, n, k;
@@ -41,6 +43,7 @@ typedef struct int8_opts {
   kiln_int8_algo algos[2];
   int n_algos; /* 0: all the device runs */
   int square, llm;
+  int rotate_c;
   shape custom[16];
   int n_custom;
   bench_common common;
@@ -52,6 +55,8 @@ typedef struct operands {
   CUdeviceptr a, w; /* rot copies each */
   size_t a_stride, w_stride;
   int rot;
+  size_t c_stride; /* between the c_rot copies of kiln's C and of cuBLAS's (1 copy: 0) */
+  int c_rot;
   int64_t m, n, k;
 } operands;
 
@@ -61,6 +66,7 @@ typedef struct kiln_call {
   int64_t a_shape[2], a_strides[2], b_shape[2], b_strides[2], c_shape[2], c_strides[2];
   DLTensor a, b, c;
   kiln_matmul_int8_opts opts;
+  CUdeviceptr c0; /* C's first copy */
   kiln_status st;
 } kiln_call;
 
@@ -79,6 +85,7 @@ static void kiln_call_init(kiln_call *kc, bench_env *env, const operands *x, CUd
   kc->a = (DLTensor){NULL, dev, 2, i8, kc->a_shape, kc->a_strides, 0};
   kc->b = (DLTensor){NULL, dev, 2, i8, kc->b_shape, kc->b_strides, 0};
   kc->c = (DLTensor){(void *)(uintptr_t)c, dev, 2, bench_dtype_dl(out), kc->c_shape, kc->c_strides, 0};
+  kc->c0 = c;
 }
 
 static int kiln_call_fn(void *user, int iter) {
@@ -87,6 +94,7 @@ static int kiln_call_fn(void *user, int iter) {
   size_t i = (size_t)(iter % x->rot);
   kc->a.data = (void *)(uintptr_t)(x->a + i * x->a_stride);
   kc->b.data = (void *)(uintptr_t)(x->w + i * x->w_stride);
+  kc->c.data = (void *)(uintptr_t)(kc->c0 + (size_t)(iter % x->c_rot) * x->c_stride);
   kc->st = kiln_matmul_int8(kc->env->ctx, &kc->a, &kc->b, &kc->c, &kc->opts, kc->env->stream);
   return kc->st != KILN_OK;
 }
@@ -108,7 +116,7 @@ static int peer_call_fn(void *user, int iter) {
   pc->st = pc->cb->gemm_ex(pc->cb->handle, BENCH_CUBLAS_OP_T, BENCH_CUBLAS_OP_N, (int)x->n, (int)x->m, (int)x->k,
                            &alpha, (const void *)(uintptr_t)(x->w + i * x->w_stride), BENCH_CUDA_R_8I, (int)x->k,
                            (const void *)(uintptr_t)(x->a + i * x->a_stride), BENCH_CUDA_R_8I, (int)x->k, &beta,
-                           (void *)(uintptr_t)pc->c, BENCH_CUDA_R_32I, (int)x->n, BENCH_CUBLAS_COMPUTE_32I,
+                           (void *)(uintptr_t)(pc->c + (size_t)(iter % x->c_rot) * x->c_stride), BENCH_CUDA_R_32I, (int)x->n, BENCH_CUBLAS_COMPUTE_32I,
                            BENCH_CUBLAS_GEMM_DEFAULT);
   return pc->st != BENCH_CUBLAS_STATUS_SUCCESS;
 }
@@ -155,6 +163,9 @@ static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb,
   x.a_stride = align256(a_bytes);
   x.w_stride = align256(w_bytes);
   x.rot = bench_rotation_count(env, a_bytes + w_bytes, env->mem_budget);
+  x.c_rot = o->rotate_c ? bench_rotation_count(env, c_count * 4, env->mem_budget) : 1;
+  if (o->rotate_c && x.c_rot < 2) x.c_rot = 2; /* a C larger than the L2 still alternates */
+  x.c_stride = align256(c_count * 4);
   char shape_s[48];
   snprintf(shape_s, sizeof shape_s, "%lldx%lldx%lld", (long long)s.m, (long long)s.n, (long long)s.k);
   const double ops = 2.0 * (double)s.m * (double)s.n * (double)s.k;
@@ -162,7 +173,7 @@ static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb,
   CUdeviceptr ck = 0, cp = 0;
   int rc = 0;
   if (bench_alloc(env, x.a_stride * (size_t)x.rot, &x.a) || bench_alloc(env, x.w_stride * (size_t)x.rot, &x.w) ||
-      bench_alloc(env, c_count * 4, &ck) || bench_alloc(env, c_count * 4, &cp)) {
+      bench_alloc(env, x.c_stride * (size_t)x.c_rot, &ck) || bench_alloc(env, x.c_stride * (size_t)x.c_rot, &cp)) {
     printf("note: int8 %s skipped: device memory\n", shape_s);
     goto done;
   }
@@ -301,6 +312,9 @@ static int parse(int argc, char **argv, int8_opts *o) {
           k < 1 || m > INT_MAX || n > INT_MAX || k > 131072)
         return bad_value(a, v);
       o->custom[o->n_custom++] = (shape){m, n, k};
+    } else if (!strcmp(a, "--rotate-c")) {
+      if (!v || (strcmp(v, "on") && strcmp(v, "off"))) return bad_value(a, v);
+      o->rotate_c = !strcmp(v, "on");
     } else if (!strcmp(a, "--shapes")) {
       if (!v || (strcmp(v, "square") && strcmp(v, "llm") && strcmp(v, "all"))) return bad_value(a, v);
       o->square = strcmp(v, "llm") != 0;
