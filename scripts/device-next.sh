@@ -4,11 +4,13 @@
 #   scripts/slim-build.sh BUILD build-ladder/slim/NAME && (cd build-ladder && tar czf carry-NAME.tgz slim/NAME ...)
 # and on the device (carry ["build-ladder/carry-NAME.tgz"]):
 #   tar xzf build-ladder/carry-NAME.tgz -C /tmp && bash scripts/device-next.sh MODE /tmp/slim/NAME [BASE]
-# (BASE: main's build in the same carry, for the modes that compare with it). Nothing waits now
-# (2026-12-05, nineteenth session: skphase, skew and pairs ran on an H100, docs/performance.md).
+# (BASE: main's build in the same carry, for the modes that compare with it). Waiting now
+# (2026-12-05, nineteenth session): int8after, on any build of main (slim-build.sh of it).
+# skphase, skew and pairs ran on an H100 that day (docs/performance.md).
 # Several modes fit one call: each paired 4096^3 run takes seconds.
 #
-#   rule HEAD        main's checks after the stream-K rule's change, and int8 unpaired / paired
+#   int8after HEAD   issue 5: SM clock and power sampled through int8 unpaired and paired runs
+#   rule HEAD        (done) main's checks after the stream-K rule's change, and int8 unpaired / paired
 #   skphase HEAD     (done, merged) stream-K with each run's head first: test, memcheck, split
 #                    against unsplit at the shapes where the tail-first order lost or gained
 #   skew HEAD BASE OTHERS...  (done, not taken) rung skew: HEAD (skew 2, with tests) its GPU
@@ -57,6 +59,29 @@ memcheck() { # memcheck PROGRAM FILTER LOG
   echo "memcheck $(basename "$1") --filter '$2': exit $rc ($(grep -m1 -E 'ERROR SUMMARY' "$3"))"
 }
 case $mode in
+int8after)
+  # issue 5: why kiln's int8 kernel runs 6-56 us slower right after cuBLAS's int8 GEMM than after
+  # itself (docs/performance.md, "int8 paired against unpaired"). The SM clock and power sampled
+  # every 50 ms through unpaired and paired runs at 4096^3 and 8192^3, to see whether the clocks
+  # drop when the two alternate.
+  H=$2
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv,noheader
+  for s in 4096x4096x4096 8192x8192x8192; do
+    for p in "" "--paired"; do
+      n=$s${p:+-paired}
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader -lms 50 \
+        >"$L/clocks-$n.csv" 2>&1 &
+      smi=$!
+      timeout 90 "$H/tools/kiln-bench" int8 --shape "$s" --algo wgmma $p --reps 60 >"$L/int8-$n.txt" 2>&1
+      kill $smi 2>/dev/null
+      wait $smi 2>/dev/null
+      nvidia-smi -q -d PERFORMANCE >"$L/performance-$n.txt" 2>&1 # the clock event reasons, right after
+      echo "int8 $n: $(grep -E '^int8 ' "$L/int8-$n.txt" | awk '{print $5, $7, $9, $NF}'); SM MHz min/median/max" \
+        "$(cut -d, -f2 "$L/clocks-$n.csv" | tr -dc '0-9\n' | sort -n | awk '{a[NR]=$1} END {print a[1], a[int(NR/2)+1], a[NR]}')"
+    done
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
 rule)
   # main after the stream-K rule's change (one whole wave): every matmul and int8 test, memcheck
   # of wgmma_stream_k, AUTO's choice beside forced off / on at shapes on both sides of the rule,
