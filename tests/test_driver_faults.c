@@ -566,11 +566,11 @@ static void matmul_layouts(kiln_context *ctx) {
 /* kiln_matmul's stream-K workspace on the fake H200 (132 SMs): 53 x 20 = 1060 tiles of 128 x 256
  * with 32 K slices each are eight waves and 4 tiles, whose split saves the longest block 31
  * slices, which the rule takes (as with half the rows: four waves and 12 tiles, 29 saved; not
- * at width 128: no kernels; nor with K = 512: 8 slices a tile, 7 saved); the query's size is the flags (2 a block, padded to 256 bytes) and a 128 x 256 f32
- * partial a block. The workspace is refused, naming it and before any launch, when misaligned
- * or overlapping an operand, and when too small for stream_k 1; stream_k 0 with too little runs
- * unsplit. (A fuzz build's fake also holds the kernel's flags and partials to the declared
- * workspace.) */
+ * at width 128: no kernels; nor with K = 512: 8 slices a tile, 7 saved); the query's size is
+ * the flags (2 a block, padded to 256 bytes) and a 128 x 256 f32 partial a block. The
+ * workspace is refused, naming it and before any launch, when misaligned or overlapping an
+ * operand, and when too small for stream_k 1; stream_k 0 with too little runs unsplit. (A fuzz
+ * build's fake also holds the kernel's flags and partials to the declared workspace.) */
 static void matmul_stream_k(kiln_context *ctx) {
   const DLDataType U8 = {kDLUInt, 8, 1};
   const int allocations = fake("live_allocations");

@@ -233,9 +233,9 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
   /* With KILN_WGMMA_PAIRS, WGMMA 128 x 256 tiles go in 2-CTA clusters sharing B (TMA multicast)
    * when there are two or more tile rows to pair up (off by default: docs/performance.md). */
   const int64_t tiles_m = (A.rows + bm - 1) / bm;
-  const bool wg_pair = wg && wg_bn == 256 && tiles_m >= 2 && ctx->wg_pair_clusters > 0 && KILN_WGMMA_PAIRS;
+  bool wg_pair = false;
   if (wg) {
-    const int64_t items = wg_pair ? (tiles_m + 1) / 2 * (tiles / tiles_m) * batch : tiles * batch;
+    const int64_t items = kiln_wgmma_items(ctx, wg_bn, tiles_m, tiles / tiles_m, batch, &wg_pair);
     /* C through shared memory and TMA stores where it can (kiln_wgmma_c_staged) */
     args.c_staged = C.batch == batch && kiln_wgmma_c_staged(&C, beta);
     if (ws && !wg_pair) {

@@ -78,9 +78,8 @@ kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const 
     const int bn = kiln_wgmma_tile_n(p.m, p.n, p.batch, ctx->info.sm_count);
     const int64_t tiles_m = ((int64_t)p.m + KILN_GEMM_WG_BM - 1) / KILN_GEMM_WG_BM;
     const int64_t tiles_n = ((int64_t)p.n + bn - 1) / bn;
-    /* With KILN_WGMMA_PAIRS, 128 x 256 tiles go in 2-CTA clusters sharing B (as kiln_matmul's) */
-    const bool pair = bn == 256 && tiles_m >= 2 && ctx->wg_pair_clusters > 0 && KILN_WGMMA_PAIRS;
-    const int64_t items = (pair ? (tiles_m + 1) / 2 : tiles_m) * tiles_n * p.batch;
+    bool pair; /* with KILN_WGMMA_PAIRS, 128 x 256 tiles in 2-CTA clusters sharing B, as kiln_matmul's */
+    const int64_t items = kiln_wgmma_items(ctx, bn, tiles_m, tiles_n, p.batch, &pair);
     if (items > INT32_MAX) /* the persistent grid walks tiles of every batch with a 32-bit index */
       return kiln_fail(KILN_ERROR_INVALID_ARGUMENT,
                        "%s: C is [%d, %d] x batch %d, %" PRId64 " tiles of %dx%d, more than a grid holds (2^31-1); "

@@ -62,6 +62,10 @@ kiln_status kiln_wgmma_operand_map(const kiln_context *ctx, const char *op, cons
                                    uint32_t box_outer, kiln_tensor_map *map);
 /* The tile width (256, 128 or 64) for an M x N product over `batch` on `sms` SMs. */
 int kiln_wgmma_tile_n(int64_t m, int64_t n, int64_t batch, int sms);
+/* The work items of a WGMMA walk over tiles_m x tiles_n tiles of width bn and batch matrices:
+ * one a tile, or with *pair (KILN_WGMMA_PAIRS builds only: width 256, two or more tile rows, and
+ * pair clusters resident on the device) one a pair of vertically adjacent tiles. */
+int64_t kiln_wgmma_items(const kiln_context *ctx, int bn, int64_t tiles_m, int64_t tiles_n, int64_t batch, bool *pair);
 /* Encodes A's and B's TMA descriptors (boxes for tile width bn, halves of B with a 2-CTA pair)
  * and launches `kernel` with (args, map_a, map_b, map_c) on a persistent grid of min(items, resident
  * blocks or pairs), or of every SM's block with stream_k. The caller has entered the context. */

@@ -108,6 +108,11 @@ static kiln_status wgmma_c_map(const kiln_context *ctx, const char *op, const ki
                       CU_TENSOR_MAP_SWIZZLE_128B, map);
 }
 
+int64_t kiln_wgmma_items(const kiln_context *ctx, int bn, int64_t tiles_m, int64_t tiles_n, int64_t batch, bool *pair) {
+  *pair = KILN_WGMMA_PAIRS && bn == 256 && tiles_m >= 2 && ctx->wg_pair_clusters > 0;
+  return (*pair ? (tiles_m + 1) / 2 : tiles_m) * tiles_n * batch;
+}
+
 /* The SMs a persistent WGMMA grid of single CTAs covers (one block per SM) */
 static int64_t wgmma_slots(const kiln_context *ctx) { return ctx->info.sm_count > 0 ? ctx->info.sm_count : 1; }
 
