@@ -58,6 +58,14 @@ memcheck() { # memcheck PROGRAM FILTER LOG
   rc=$?
   echo "memcheck $(basename "$1") --filter '$2': exit $rc ($(grep -m1 -E 'ERROR SUMMARY' "$3"))"
 }
+gpu_info() { # the card, its driver, clocks, temperature and power at the start of a mode
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+}
+stream_k_checks() { # stream_k_checks BUILD: test_gpu_matmul's wgmma_stream_k, then memcheck of it
+  timeout 120 "$1/tests/test_gpu_matmul" --filter wgmma_stream_k >"$L/stream-k.log" 2>&1
+  echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
+  memcheck "$1/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
+}
 case $mode in
 int8after)
   # issue 5: why kiln's int8 kernel runs 6-56 us slower right after cuBLAS's int8 GEMM than after
@@ -88,7 +96,7 @@ rule)
   # and the int8 GEMM unpaired and paired in turn (issue 5's 0.76x is a paired figure; the
   # unpaired runs of 2026-12-04 gave 0.99-1.00x)
   H=$2
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  gpu_info
   for t in test_gpu_matmul test_gpu_int8; do
     timeout 200 "$H/tests/$t" >"$L/$t.log" 2>&1
     echo "$t: exit $?: $(grep -E 'PASSED|FAILED' "$L/$t.log" | tr '\n' ' ')"
@@ -116,7 +124,7 @@ pairs)
   # both no-store probes). HEAD: the pair build with tests; BASE: main's kernels (kiln-bench)
   H=$2
   shift 2 # then BASE and any other kiln-bench builds (e.g. the pair build with skew)
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  gpu_info
   for t in "test_gpu_int8" "test_gpu_matmul --filter large_square" "test_gpu_matmul --filter llm_shapes*" \
     "test_gpu_matmul --filter batched" "test_gpu_matmul --filter wgmma_tile_widths"; do
     n=$(echo "$t" | tr ' *' '__')
@@ -155,7 +163,7 @@ skew)
   # interleaved twice
   H=$2
   shift 2
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  gpu_info
   for t in "test_gpu_matmul --filter wgmma*" "test_gpu_int8"; do
     timeout 200 "$H/tests/"$t >"$L/${t%% *}.log" 2>&1
     echo "$t: exit $?: $(grep -E 'PASSED|FAILED|ERROR' "$L/${t%% *}.log" | head -6 | tr '\n' ' ')"
@@ -187,10 +195,8 @@ skphase)
   # stream-K with the head walked first: its test and memcheck, then
   # split (on) against unsplit (off) at the shapes where the tail-first order lost or gained
   H=$2
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
-  timeout 120 "$H/tests/test_gpu_matmul" --filter wgmma_stream_k >"$L/stream-k.log" 2>&1
-  echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
-  memcheck "$H/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
+  gpu_info
+  stream_k_checks "$H"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   timeout 200 "$H/tools/kiln-bench" matmul --shape 2048x8192x28672 --shape 8192x8192x8192 --shape 8192x12288x4096 \
     --algo wgmma --dtype f16 --paired --stream-k all --reps 10 >"$L/matmul-paired-big.txt" 2>&1
@@ -206,10 +212,8 @@ sk)
   # test (the int8 GEMM shares the template), then paired ratios against cuBLAS with and
   # without the split (--stream-k both: each row paired with cuBLAS in its own rounds)
   H=$2
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
-  timeout 120 "$H/tests/test_gpu_matmul" --filter wgmma_stream_k >"$L/stream-k.log" 2>&1
-  echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
-  memcheck "$H/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
+  gpu_info
+  stream_k_checks "$H"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   for round in 1 2; do # HEAD and BASE (main's build) interleaved: the plain walk must not have slowed
     for b in "$H" ${3:-}; do
@@ -233,7 +237,7 @@ sk)
 skbench)
   # the LLM shapes that AUTO splits (M 2048 and 8192), with and without stream-K, f16 (about 3 minutes)
   H=$2
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  gpu_info
   timeout 400 "$H/tools/kiln-bench" matmul --shape 8192x12288x4096 --shape 8192x28672x8192 --shape 8192x8192x28672 \
     --shape 2048x28672x8192 --shape 2048x8192x28672 --shape 8192x4096x4096 --algo auto --dtype f16 --paired \
     --stream-k both --reps 10 --json "$L/matmul-llm-paired.json" >"$L/matmul-llm-paired.txt" 2>&1
@@ -307,7 +311,7 @@ paired)
   # 4096^3): single runs moved 0.82-1.11x at 4096^3 with cuBLAS's own rate; the paired ratio
   # is the median of 60 rounds' ratios, each round one batch of each back to back
   H=$2
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  gpu_info
   timeout 240 "$H/tools/kiln-bench" matmul --shape 1024x1024x1024 --shape 2048x2048x2048 --shape 4096x4096x4096 \
     --shape 8192x8192x8192 --algo auto --dtype all --paired --reps 60 --json "$L/matmul-paired.json" \
     >"$L/matmul-paired.txt" 2>&1
