@@ -243,8 +243,10 @@ KILN_DEVICE void wgmma_wait() {
  * warp's stores of 8 rows fall on distinct banks) and stored by one TMA store from thread 0,
  * which drains while the warpgroup goes on, into the next piece and then the next tile's
  * mainloop. The values are store_tile_as's (the same Value, its row and column factors hoisted
- * the same way). Two 8 KB pieces alternate: a piece is rewritten only once the store before it
- * has read it (bulk_wait_read<1>). Rows and columns past M and N, and whole pieces past N, are
+ * the same way). NP = KILN_GEMM_WG_C_PIECES 8 KB pieces take turns (fewer where a tile has fewer
+ * pieces: BN 64 with 16-bit C has one), piece q of a tile in slot q % NP; a slot is rewritten
+ * only once the store that last used it, NP stores back, has read it (bulk_wait_read<NP - 1>).
+ * Rows and columns past M and N, and whole pieces past N, are
  * clipped by TMA. Why (rung store-probe, docs/performance.md): the direct stores of store_tile
  * cost 6-15 % of the f16 kernel with f32 C and 18-24 % of the int8 one, the tensor pipe idle
  * meanwhile. Named barrier 1 + cw is the warpgroup's; the caller waits for the last stores
@@ -253,6 +255,7 @@ template <class Value, int BN, class OUT, class Acc, class P>
 KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *stage, const CUtensorMap *map, int row0,
                                  int col0, int b, int t, int cw) {
   constexpr int E = (int)sizeof(OUT), PC = 128 / E; /* a piece's columns */
+  constexpr int NP = KILN_GEMM_WG_C_PIECES < BN / PC ? KILN_GEMM_WG_C_PIECES : BN / PC; /* powers of 2 */
   const int warp = t / 32, lane = t % 32;
   typename Value::Row rv[2]; /* the lane's two rows' factors (store_tile_as's Value) */
 #pragma unroll
@@ -262,8 +265,8 @@ KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *st
   }
 #pragma unroll
   for (int q = 0; q < BN / PC; q++) {
-    uint8_t *piece = stage + (q & 1) * 8192;
-    if (t == 0) bulk_wait_read<1>(); /* the store that last read this piece has read it */
+    uint8_t *buf = stage + (q % NP) * 8192;
+    if (t == 0) bulk_wait_read<NP - 1>(); /* the store that last used this slot has read it */
     named_sync(1 + cw, 128);
 #pragma unroll
     for (int jj = 0; jj < PC / 8; jj++) { /* n8 block q·PC/8 + jj of the accumulator */
@@ -273,7 +276,7 @@ KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *st
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         const int r = 16 * warp + lane / 4 + 8 * h, byte = c * E;
-        OUT *dst = reinterpret_cast<OUT *>(piece + r * 128 + ((((byte >> 4) ^ (r & 7)) << 4) | (byte & 15)));
+        OUT *dst = reinterpret_cast<OUT *>(buf + r * 128 + ((((byte >> 4) ^ (r & 7)) << 4) | (byte & 15)));
         float v0, v1; /* beta = 0: C is not read */
         Value::get(p, rv[h], cv, static_cast<const OUT *>(nullptr), true, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], v0,
                    v1);
@@ -283,7 +286,7 @@ KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *st
     fence_proxy_async(); /* this thread's writes, visible to the TMA store */
     named_sync(1 + cw, 128);
     if (t == 0) {
-      tma_store(map, piece, col0 + q * PC, row0, b, p.batch > 1);
+      tma_store(map, buf, col0 + q * PC, row0, b, p.batch > 1);
       bulk_commit();
     }
   }
@@ -519,7 +522,7 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
   } else { /* consumers */
     consumer_registers();
     const int cw = wg - 1, warp = t / 32, lane = t % 32;
-    /* this warpgroup's two staging pieces, after the barriers' 1 KB (store_staged_as) */
+    /* this warpgroup's staging pieces, after the barriers' 1 KB (store_staged_as) */
     uint8_t *stage = smem + STAGES * STAGE_BYTES + 1024 + cw * (KILN_GEMM_WG_STAGE_C_BYTES / 2);
     typename T::Acc d[BN / 2];
     int it = 0, item, kb, ke;

@@ -99,11 +99,20 @@ typedef struct kiln_gemm_args {
  * mbarriers. */
 #define KILN_GEMM_WG_BM 128
 #define KILN_GEMM_WG_BK 64
-#define KILN_GEMM_WG_STAGES(bn) ((bn) == 256 ? 4 : (bn) == 128 ? 6 : 8)
+/* Tuning rung c-pieces (KILN_TUNE_DEFS): the 256-wide ring's depth and the staging pieces a
+ * consumer warpgroup has for C; a tile's epilogue waits for all but the last PIECES of its 8 KB
+ * pieces (f32 C: 8 of them) to drain. Defaults 4 and 2. */
+#ifndef KILN_GEMM_WG_STAGES_256
+#define KILN_GEMM_WG_STAGES_256 4
+#endif
+#ifndef KILN_GEMM_WG_C_PIECES
+#define KILN_GEMM_WG_C_PIECES 2
+#endif
+#define KILN_GEMM_WG_STAGES(bn) ((bn) == 256 ? KILN_GEMM_WG_STAGES_256 : (bn) == 128 ? 6 : 8)
 #define KILN_GEMM_WG_THREADS 384
 /* the ring, 1 KB for alignment, 1 KB of barriers, then the epilogue's staging (gemm_sm90.cuh,
- * store_staged): two 8 KB pieces a consumer warpgroup */
-#define KILN_GEMM_WG_STAGE_C_BYTES (2 * 2 * 8192)
+ * store_staged): KILN_GEMM_WG_C_PIECES 8 KB pieces a consumer warpgroup */
+#define KILN_GEMM_WG_STAGE_C_BYTES (2 * KILN_GEMM_WG_C_PIECES * 8192)
 #define KILN_GEMM_WG_SMEM_BYTES(bn) \
   (KILN_GEMM_WG_STAGES(bn) * (KILN_GEMM_WG_BM + (bn)) * KILN_GEMM_WG_BK * 2 + 1024 + 1024 + KILN_GEMM_WG_STAGE_C_BYTES)
 
