@@ -86,3 +86,11 @@ ladder_step gemm v9-cpa-s4 "KILN_GEMM_CPA_STAGES=4"
 ladder_step gemm s1 "KILN_GEMM_WG_SKEW=1"
 ladder_step gemm s2 "KILN_GEMM_WG_SKEW=2"
 ladder_step gemm s3 "KILN_GEMM_WG_SKEW=3"
+# c-pieces (2026-12-05, twentieth session): the epilogue's staging for C. scripts/probes/int8_after.cu
+# found kiln's int8 GEMM (f32 C, 64 MB at 4096^3) 15-18 % slower when L2 holds another kernel's
+# dirty lines: each tile's epilogue waits for 6 of its 8 pieces to drain, and the drain then
+# waits for DRAM write-backs. More pieces let the epilogue end sooner, the stores draining under
+# the next tile; the ring gives a stage for them. p4: 3 stages + 4 pieces a warpgroup (210 KB);
+# s3: 3 stages + 2 pieces (the ring's depth alone).
+ladder_step gemm c-p4 "KILN_GEMM_WG_STAGES_256=3;KILN_GEMM_WG_C_PIECES=4"
+ladder_step gemm c-s3 "KILN_GEMM_WG_STAGES_256=3"

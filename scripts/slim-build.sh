@@ -10,6 +10,6 @@ mkdir -p "$dest/tests" "$dest/tools" "$dest/kernels"
 cp -a "$src"/libkiln.so* "$dest/"
 cp -L /usr/lib/x86_64-linux-gnu/libcmocka.so.0 "$dest/"
 for f in "$src"/tests/test_* "$src"/tests/dlpack_coexist; do [ -x "$f" ] && [ -f "$f" ] && cp "$f" "$dest/tests/"; done
-cp "$src"/tools/kiln-bench "$src"/tools/kiln-demo "$dest/tools/"
+for f in kiln-bench kiln-demo; do [ -f "$src/tools/$f" ] && cp "$src/tools/$f" "$dest/tools/"; done
 cp "$src"/kernels/*.fatbin "$dest/kernels/"
 du -sh "$dest"
