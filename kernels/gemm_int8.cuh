@@ -30,8 +30,9 @@ struct Int8Value {
     return p.row_scale && in ? p.row_scale[(int64_t)row * p.row_scale_stride] : 1.0f;
   }
   static KILN_DEVICE Col col(const kiln_int8_args &p, int col, bool both) {
-    return {p.col_scale ? p.col_scale[(int64_t)col * p.col_scale_stride] : 1.0f,
-            p.col_scale && both ? p.col_scale[(int64_t)(col + 1) * p.col_scale_stride] : 1.0f};
+    if (!p.col_scale) return {1.0f, 1.0f};
+    const float *f = p.col_scale + (int64_t)col * p.col_scale_stride;
+    return {f[0], both ? f[p.col_scale_stride] : 1.0f};
   }
   static KILN_DEVICE float value(int32_t sum, float scale, float a, float b) {
     const float s = __int2float_rn(sum); /* INT32_MIN converts exactly to -2^31: flip it */
@@ -44,6 +45,24 @@ struct Int8Value {
     const bool t = p.transposed;
     v0 = value(a0, p.scale, t ? c.c0 : r, t ? r : c.c0);
     v1 = value(a1, p.scale, t ? c.c1 : r, t ? r : c.c1);
+  }
+};
+
+/* Int8Value where neither vector is given and K < 2^17: ((v · scale) · 1) · 1 is v · scale bit
+ * for bit, and |sum| <= 2^14 · K < 2^31 never wraps to INT32_MIN, so a value is one convert and
+ * one multiply instead of eight instructions. The WGMMA kernels' staged store picks it per launch
+ * (WgmmaS8::plain): a quarter of the per-element work, and a smaller epilogue for a cold start
+ * to fetch (docs/performance.md, "int8 after other kernels"). */
+struct Int8ScaleValue {
+  struct Row {};
+  struct Col {};
+  static KILN_DEVICE Row row(const kiln_int8_args &, int, bool) { return {}; }
+  static KILN_DEVICE Col col(const kiln_int8_args &, int, bool) { return {}; }
+  template <class OUT>
+  static KILN_DEVICE void get(const kiln_int8_args &p, Row, Col, const OUT *, bool, int32_t a0, int32_t a1, float &v0,
+                              float &v1) {
+    v0 = __fmul_rn(__int2float_rn(a0), p.scale);
+    v1 = __fmul_rn(__int2float_rn(a1), p.scale);
   }
 };
 

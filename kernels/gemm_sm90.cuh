@@ -271,8 +271,11 @@ KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *st
 #pragma unroll
     for (int jj = 0; jj < PC / 8; jj++) { /* n8 block q·PC/8 + jj of the accumulator */
       const int j = q * (PC / 8) + jj, c = 8 * jj + 2 * (lane % 4), col = col0 + q * PC + c;
-      /* columns past N are clipped by TMA: no factors read for them */
-      const typename Value::Col cv = col < p.n ? Value::col(p, col, col + 1 < p.n) : typename Value::Col{};
+      /* Columns past N are clipped by TMA; their factors are read at column N - 1 (in bounds,
+       * and no branch around the loads: less code for a cold start to fetch, docs/performance.md
+       * "int8 after other kernels"). */
+      const int cc = min(col, p.n - 1);
+      const typename Value::Col cv = Value::col(p, cc, cc + 1 < p.n);
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         const int r = 16 * warp + lane / 4 + 8 * h, byte = c * E;
@@ -280,7 +283,7 @@ KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *st
         float v0, v1; /* beta = 0: C is not read */
         Value::get(p, rv[h], cv, static_cast<const OUT *>(nullptr), true, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], v0,
                    v1);
-        put2(dst, v0, v1);
+        put2(dst, v0, v1); /* st.shared: dst keeps smem's address space (gemm's alignment) */
       }
     }
     fence_proxy_async(); /* this thread's writes, visible to the TMA store */
@@ -309,6 +312,8 @@ struct WgmmaF16 {
   using Args = kiln_gemm_args;
   using Acc = float;
   using Value = GemmValue; /* the epilogue's values (store_tile_as, store_staged_as) */
+  using PlainValue = GemmValue;
+  static KILN_DEVICE bool plain(const Args &) { return false; } /* GemmValue has no factors to skip */
   static constexpr int ELEM = 2;
   static KILN_DEVICE int group_m(const Args &p) { return p.group_m; }
   /* one k16 step (32 bytes of K) of a 64 x BN tile; m/n-major operands with the transpose flag */
@@ -328,6 +333,8 @@ struct WgmmaS8 {
   using Args = kiln_int8_args;
   using Acc = int32_t;
   using Value = Int8Value; /* the epilogue's values (store_tile_as, store_staged_as) */
+  using PlainValue = Int8ScaleValue; /* ... where neither scale vector is given */
+  static KILN_DEVICE bool plain(const Args &p) { return !p.row_scale && !p.col_scale && p.k < (1 << 17); }
   static constexpr int ELEM = 1;
   static KILN_DEVICE int group_m(const Args &) { return KILN_GEMM_I8_GROUP_M; }
   /* one k32 step (32 bytes of K). Two n128 instructions per 256-wide step (two accumulator
@@ -452,8 +459,11 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
                 "smem budget");
   static_assert(2 * STAGES * 8 <= 1024, "the barriers fit their 1 KB");
   extern __shared__ uint8_t smem_raw[];
-  /* The 128-byte swizzle repeats every 1024 bytes: tiles start on 1024-byte boundaries. */
-  uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  /* The 128-byte swizzle repeats every 1024 bytes: tiles start on 1024-byte boundaries. Aligned
+   * by an offset from smem_raw (not through an integer), so the compiler still knows every
+   * pointer into it is shared memory: st.shared with 32-bit addresses in the epilogue, where a
+   * generic ST needed 64-bit address arithmetic (rung e4). */
+  uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES), *empty = full + STAGES;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const int nk = (p.k + BK - 1) / BK;
@@ -567,7 +577,10 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
       void *C = (char *)p.c + b * p.c_bs * (p.c_dtype == KILN_DT_F32 ? 4 : 2);
       if (KILN_GEMM_STORE_PROBE && p.m >= 0) { /* the probe: no stores (results are garbage) */
       } else if (p.c_staged) {
-        store_staged<typename T::Value, BN>(d, p, stage, map_c, tm * BM + 64 * cw, tn * BN, b, t, cw);
+        if (T::plain(p)) /* no per-row or per-column factors: a leaner epilogue (Int8ScaleValue) */
+          store_staged<typename T::PlainValue, BN>(d, p, stage, map_c, tm * BM + 64 * cw, tn * BN, b, t, cw);
+        else
+          store_staged<typename T::Value, BN>(d, p, stage, map_c, tm * BM + 64 * cw, tn * BN, b, t, cw);
       } else {
         T::template store<BN>(d, p, C, tm * BM + 64 * cw + 16 * warp, tn * BN, lane);
       }
