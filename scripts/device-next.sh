@@ -9,7 +9,13 @@
 # skphase, skew and pairs ran on an H100 that day (docs/performance.md).
 # Several modes fit one call: each paired 4096^3 run takes seconds.
 #
-#   int8after HEAD   issue 5: SM clock and power sampled through int8 unpaired and paired runs
+#   epi HEAD BASE OTHERS...  issue 5: rungs e4 / e5 (slimmer staged epilogue): HEAD's tests and memcheck,
+#                    probe sequences and paired int8 / matmul beside BASE (main) and OTHERS
+#   icache HEAD      (done 2026-12-05) issue 5: the int8 GEMM's slowdown after other kernels against the instruction
+#                    caches (probe sequences, ncu warp states with application replay, SASS size)
+#   cpieces HEAD OTHERS...  (done 2026-12-05) issue 5 / rung c-pieces: scripts/probes/int8_after.cu sequences, paired
+#                    int8 and f16 -> f32 GEMMs, ncu DRAM bytes of kiln after itself / after cuBLAS
+#   int8after HEAD   (done 2026-12-05) SM clock and power sampled through int8 unpaired and paired runs
 #   rule HEAD        (done) main's checks after the stream-K rule's change, and int8 unpaired / paired
 #   skphase HEAD     (done, merged) stream-K with each run's head first: test, memcheck, split
 #                    against unsplit at the shapes where the tail-first order lost or gained
@@ -67,6 +73,103 @@ stream_k_checks() { # stream_k_checks BUILD: test_gpu_matmul's wgmma_stream_k, t
   memcheck "$1/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
 }
 case $mode in
+epi)
+  # issue 5: rungs e4 / e5 (the slimmed staged epilogue) against main. HEAD: the build with
+  # tests (e5); BASE: main's; OTHERS: e4 etc. HEAD's matmul and int8 tests and memcheck of the
+  # WGMMA ones, then the probe's sequences (cold starts: c k, K k, I k; the f16 GEMM's too) and
+  # kiln-bench int8 / matmul paired, builds interleaved. About 6 minutes.
+  H=$2
+  B=$3
+  shift 3
+  gpu_info
+  for t in test_gpu_int8 test_gpu_matmul; do
+    timeout 300 "$H/tests/$t" >"$L/$t.log" 2>&1
+    echo "$t: exit $? ($(grep -cE '^\[       OK \]' "$L/$t.log") OK, $(grep -cE '^\[  FAILED  \]' "$L/$t.log") FAILED)"
+  done
+  memcheck "$H/tests/test_gpu_int8" wgmma_and_mma_sync "$L/memcheck-int8.log"
+  memcheck "$H/tests/test_gpu_int8" scales "$L/memcheck-int8-scales.log"
+  memcheck "$H/tests/test_gpu_matmul" wgmma_tile_widths "$L/memcheck-matmul.log"
+  seqs="k,c k,K k,I k,K,c K,H,h H,I H"
+  for pass in 1 2; do
+    for b in "$B" "$H" "$@"; do
+      n=$(basename "$b")
+      timeout 60 "$b/tools/int8_after" 4096 4096 4096 30 "$seqs" >"$L/probe-$n-$pass.txt" 2>&1
+      echo "== probe $n pass $pass (exit $?)"
+      grep -vE '^steps|^NVIDIA|^c k f F' "$L/probe-$n-$pass.txt" | head -9
+    done
+  done
+  for pass in 1 2; do
+    for b in "$B" "$H" "$@"; do
+      n=$(basename "$b")
+      timeout 60 "$b/tools/kiln-bench" int8 --shape 4096x4096x4096 --shape 8192x8192x8192 --algo wgmma --paired --reps 30 \
+        >"$L/int8-$n-$pass.txt" 2>&1
+      timeout 60 "$b/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo wgmma --dtype f16 --paired --reps 30 \
+        >"$L/matmul-$n-$pass.txt" 2>&1
+      echo "$n pass $pass: int8 $(grep -E '^int8 ' "$L/int8-$n-$pass.txt" | awk '{printf "%s %s %s %s | ", $5, $7, $9, $NF}')" \
+        "matmul $(grep -E '^matmul ' "$L/matmul-$n-$pass.txt" | awk '{print $5, $7, $9, $NF}')"
+    done
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+icache)
+  # issue 5: is kiln's int8 GEMM slow after other kernels because its code left the SMs'
+  # instruction caches? (cpieces found the same DRAM bytes after itself and after cuBLAS, and the
+  # slowdown after an L2 sweep too.) The WGMMA tests of HEAD and memcheck of them, the probe's
+  # default sequences (k I k: a 300 KB kernel between; K k: the same kernel's f16-C path between),
+  # Nsight Compute's warp states of kiln's kernel after itself and after cuBLAS (application
+  # replay: every pass sees the true order), and the SASS of the int8 kernels.
+  H=$2
+  gpu_info
+  timeout 200 "$H/tests/test_gpu_matmul" --filter wgmma_tile_widths >"$L/test-matmul.log" 2>&1
+  echo "test_gpu_matmul wgmma_tile_widths: exit $?"
+  timeout 200 "$H/tests/test_gpu_int8" --filter wgmma_and_mma_sync >"$L/test-int8.log" 2>&1
+  echo "test_gpu_int8 wgmma_and_mma_sync: exit $?"
+  memcheck "$H/tests/test_gpu_matmul" wgmma_tile_widths "$L/memcheck-matmul.log"
+  memcheck "$H/tests/test_gpu_int8" wgmma_and_mma_sync "$L/memcheck-int8.log"
+  timeout 120 "$H/tools/int8_after" 4096 4096 4096 30 >"$L/probe.txt" 2>&1
+  echo "probe: exit $?"
+  grep -vE '^steps|^c k f F' "$L/probe.txt"
+  timeout 200 ncu --clock-control none --cache-control none --replay-mode application -k regex:kiln_gemm -c 6 \
+    --section WarpStateStats --section InstructionStats "$H/tools/int8_after" 4096 4096 4096 3 "k,c k" >"$L/ncu.txt" 2>&1
+  echo "ncu: exit $?"
+  grep -E '^  kiln|Stall No Instruction|No Instruction|Warp Cycles Per Issued|Executed Instructions  |Duration' "$L/ncu.txt" | head -60
+  cuobjdump -sass "$H/kernels/gemm_int8_sm90.fatbin" >"$L/int8.sass" 2>&1
+  awk '/Function : /{f=$3} /\/\*[0-9a-f]{4}\*\//{n[f]++} END{for (k in n) print k, n[k], "instructions"}' "$L/int8.sass"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+cpieces)
+  # issue 5 / rung c-pieces: scripts/probes/int8_after.cu on HEAD (main) and the other builds
+  # (gemm-ladder.sh c-p4, c-s3), interleaved twice at 4096^3: kiln's int8 and f16 -> f32 GEMMs
+  # after themselves, after cuBLAS, after an L2 sweep; then kiln-bench int8 and matmul (f16 ->
+  # f32) paired; then Nsight Compute's DRAM bytes of kiln's int8 kernel after itself and after
+  # cuBLAS's, and cuBLAS's kernel names. About 2-3 minutes.
+  H=$2
+  shift 2
+  gpu_info
+  seqs="k,c k,k c,c r k,c m k,H,h H,H h,r H"
+  for pass in 1 2; do
+    for b in "$H" "$@"; do
+      n=$(basename "$b")
+      timeout 60 "$b/tools/int8_after" 4096 4096 4096 40 "$seqs" >"$L/probe-$n-$pass.txt" 2>&1
+      echo "== probe $n pass $pass (exit $?)"
+      grep -vE '^steps|^NVIDIA|^c k f F' "$L/probe-$n-$pass.txt" | head -14
+    done
+  done
+  for b in "$H" "$@"; do
+    n=$(basename "$b")
+    timeout 60 "$b/tools/kiln-bench" int8 --shape 4096x4096x4096 --algo wgmma --paired --reps 40 >"$L/int8-$n.txt" 2>&1
+    timeout 60 "$b/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo wgmma --dtype f16 --paired --reps 40 \
+      >"$L/matmul-$n.txt" 2>&1
+    echo "$n: int8 $(grep -E '^int8 ' "$L/int8-$n.txt" | awk '{print $5, $7, $9, $NF}') |" \
+      "matmul $(grep -E '^matmul ' "$L/matmul-$n.txt" | awk '{print $5, $7, $9, $NF}')"
+  done
+  timeout 120 ncu --clock-control none --cache-control none -k regex:. -c 40 \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    "$H/tools/int8_after" 4096 4096 4096 3 "k,c k" >"$L/ncu.txt" 2>&1
+  echo "ncu: exit $?"
+  grep -E '^  [a-zA-Z_].*\(|dram__|gpu__time' "$L/ncu.txt" | tail -48
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
 int8after)
   # issue 5: why kiln's int8 kernel runs 6-56 us slower right after cuBLAS's int8 GEMM than after
   # itself (docs/performance.md, "int8 paired against unpaired"). The SM clock and power sampled

@@ -94,3 +94,14 @@ ladder_step gemm s3 "KILN_GEMM_WG_SKEW=3"
 # s3: 3 stages + 2 pieces (the ring's depth alone).
 ladder_step gemm c-p4 "KILN_GEMM_WG_STAGES_256=3;KILN_GEMM_WG_C_PIECES=4"
 ladder_step gemm c-s3 "KILN_GEMM_WG_STAGES_256=3"
+# e4 (2026-12-05, twentieth session): the staged epilogue slimmed. scripts/probes/int8_after.cu
+# found kiln's int8 GEMM 15 us slower at 4096^3 (and 8192^3) after any kernel with other code,
+# even after an idle millisecond or an L2 sweep, and as slow after a 300 KB-code kernel: a cold
+# start of its epilogue's code, 62 KB for f32 C against the f16 GEMM's 31 KB. e4 stores to
+# shared memory by 32-bit shared addresses (st.shared, where generic ST needed 64-bit address
+# arithmetic) and reads column factors at clamped columns without a branch. Built from the tree.
+ladder_step gemm e4 ""
+# e5: e4 plus, for kiln_matmul_int8 without scale vectors and K < 2^17, an epilogue value of one
+# convert and one multiply (Int8ScaleValue; the same bits): the int8 kernel's f32-C code of
+# 62 KB (e4: 56 KB) becomes 32 KB, the f16 GEMM's size. Built from the tree.
+ladder_step gemm e5 ""

@@ -58,6 +58,14 @@ __global__ void read_sweep(const uint4 *p, size_t n, unsigned *sink) {
   if (acc == 0x9e3779b9u) *sink = acc; /* keeps the loads */
 }
 
+/* About 300 KB of straight-line code, run once by a warp on every SM: what it leaves in the SMs'
+ * instruction caches is none of the other kernels' code. */
+__global__ void icache_flush(unsigned *sink, unsigned x) {
+#pragma unroll
+  for (int i = 0; i < 6144; i++) x = (x ^ (x >> 7)) * 0x9E3779B1u + (unsigned)i;
+  if (x == 0x12345u) *sink = x;
+}
+
 __global__ void fill_random(signed char *p, size_t n, unsigned seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     unsigned x = (unsigned)i * 2654435761u ^ seed;
@@ -82,14 +90,14 @@ typedef struct world {
   int probes;
 } world;
 
-static void kiln_int8(world *g, const char *) {
+static void kiln_int8_to(world *g, void *cp, int c_bits) {
   const int r = g->iter++ % ROT;
   int64_t as[2] = {g->m, g->k}, ast[2] = {g->k, 1};
   int64_t bs[2] = {g->k, g->n}, bst[2] = {1, g->k}; /* W[N,K] seen as B[K,N] */
   int64_t cs[2] = {g->m, g->n}, cst[2] = {g->n, 1};
   DLTensor a = {g->a + r * g->m * g->k, {kDLCUDA, 0}, 2, {kDLInt, 8, 1}, as, ast, 0};
   DLTensor b = {g->w + r * g->n * g->k, {kDLCUDA, 0}, 2, {kDLInt, 8, 1}, bs, bst, 0};
-  DLTensor c = {g->c_kiln, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, cs, cst, 0};
+  DLTensor c = {cp, {kDLCUDA, 0}, 2, {kDLFloat, (uint8_t)c_bits, 1}, cs, cst, 0};
   kiln_matmul_int8_opts o = kiln_matmul_int8_opts_default();
   o.algo = KILN_INT8_WGMMA;
   if (kiln_matmul_int8(g->ctx, &a, &b, &c, &o, (CUstream)g->s) != KILN_OK) {
@@ -97,6 +105,9 @@ static void kiln_int8(world *g, const char *) {
     exit(1);
   }
 }
+
+static void kiln_int8_f16(world *g, const char *) { kiln_int8_to(g, g->h_c, 16); }
+static void kiln_int8(world *g, const char *) { kiln_int8_to(g, g->c_kiln, 32); }
 
 static void cublas_int8(world *g, const char *) {
   const int r = g->iter++ % ROT;
@@ -144,11 +155,13 @@ static void read_scratch(world *g, const char *) {
   read_sweep<<<4 * g->sms, 512, 0, g->s>>>((const uint4 *)g->scratch, (128u << 20) / 16, (unsigned *)g->mhz);
 }
 
+static void flush_icache(world *g, const char *) { icache_flush<<<g->sms, 32, 0, g->s>>>((unsigned *)g->mhz, 1); }
+
 static void gap(world *g, const char *arg) { idle_gap<<<1, 1, 0, g->s>>>((unsigned)(atof(arg) * 1e3)); }
 
 /* A sequence is a string of steps, e.g. "c g50 k": c cuBLAS int8, k kiln int8, f cuBLAS f16,
  * F kiln f16 (f16 C), h / H the same into f32 C, p clock probe, gD idle D us, m / r a memset /
- * read of scratch. Each round runs the sequence once; every step is timed. */
+ * read of scratch, I a kernel of ~300 KB of code on every SM, K kiln int8 into f16 C. Each round runs the sequence once; every step is timed. */
 typedef void (*step_fn)(world *, const char *);
 static step_fn step_of(const char *tok, const char **arg) {
   *arg = tok + 1;
@@ -163,6 +176,8 @@ static step_fn step_of(const char *tok, const char **arg) {
   case 'g': return gap;
   case 'm': return memset_scratch;
   case 'r': return read_scratch;
+  case 'I': return flush_icache;
+  case 'K': return kiln_int8_f16;
   }
   fprintf(stderr, "unknown step %s\n", tok);
   exit(1);
@@ -281,14 +296,14 @@ int main(int argc, char **argv) {
   printf("steps: c cuBLAS int8, k kiln int8 (WGMMA), f / F cuBLAS / kiln f16 -> f16, h / H f16 -> f32, gD idle D "
          "us, p clock probe, m / r memset 64 MB / read 128 MB of scratch\n");
   /* warm every kernel once (module loading is never timed) */
-  run_sequence(&g, "c k f F h H m r p g5", 2);
+  run_sequence(&g, "c k f F h H m r p g5 I K", 2);
   /* argv[5], if given: the sequences, separated by commas, instead of these */
   const char *seqs[64] = {
       "k",     "c",     "c k",   "k c",   "c g1000 k", "f k", "F k", "c F", "F", "f", "m k", "r k",
       "c r k", "c m k", "k m k", "k r k", "c c k",     "c p p p p", "k p p p p", "g1000 p p",
-      "H",     "h",     "h H",   "H h",   "m H",       "r H",
+      "H",     "h",     "h H",   "H h",   "m H",       "r H",       "k I k", "K k", "k K", "K",
   };
-  int n_seqs = 26;
+  int n_seqs = 30;
   char custom[1024];
   if (argc > 5) {
     snprintf(custom, sizeof custom, "%s", argv[5]);
