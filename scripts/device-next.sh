@@ -4,9 +4,9 @@
 #   scripts/slim-build.sh BUILD build-ladder/slim/NAME && (cd build-ladder && tar czf carry-NAME.tgz slim/NAME ...)
 # and on the device (carry ["build-ladder/carry-NAME.tgz"]):
 #   tar xzf build-ladder/carry-NAME.tgz -C /tmp && bash scripts/device-next.sh MODE /tmp/slim/NAME [BASE]
-# (BASE: main's build in the same carry, for the modes that compare with it). Waiting now
-# (2026-12-05, nineteenth session): int8after, on any build of main (slim-build.sh of it).
-# skphase, skew and pairs ran on an H100 that day (docs/performance.md).
+# (BASE: main's build in the same carry, for the modes that compare with it). Modes int8after,
+# cpieces, icache and epi (issue 5's int8 after other kernels) ran on 2026-12-05; their probe,
+# scripts/probes/int8_after.cu, goes into a slim build with scripts/int8-after-probe.sh.
 # Several modes fit one call: each paired 4096^3 run takes seconds.
 #
 #   epi HEAD BASE OTHERS...  issue 5: rungs e4 / e5 (slimmer staged epilogue): HEAD's tests and memcheck,

@@ -86,22 +86,15 @@ ladder_step gemm v9-cpa-s4 "KILN_GEMM_CPA_STAGES=4"
 ladder_step gemm s1 "KILN_GEMM_WG_SKEW=1"
 ladder_step gemm s2 "KILN_GEMM_WG_SKEW=2"
 ladder_step gemm s3 "KILN_GEMM_WG_SKEW=3"
-# c-pieces (2026-12-05, twentieth session): the epilogue's staging for C. scripts/probes/int8_after.cu
-# found kiln's int8 GEMM (f32 C, 64 MB at 4096^3) 15-18 % slower when L2 holds another kernel's
-# dirty lines: each tile's epilogue waits for 6 of its 8 pieces to drain, and the drain then
-# waits for DRAM write-backs. More pieces let the epilogue end sooner, the stores draining under
-# the next tile; the ring gives a stage for them. p4: 3 stages + 4 pieces a warpgroup (210 KB);
-# s3: 3 stages + 2 pieces (the ring's depth alone).
+# c-pieces (2026-12-05, twentieth session): the epilogue's staging for C, more pieces a consumer
+# warpgroup (so a tile's epilogue waits for fewer of its stores) for a stage of the 256-wide
+# ring. p4: 3 stages + 4 pieces (cannot launch: the 64-wide ring then exceeds 227 KB); s3: 3
+# stages + 2 pieces, 1-3 us slower at 4096^3 int8. Not taken (docs/performance.md, "int8 after
+# other kernels").
 ladder_step gemm c-p4 "KILN_GEMM_WG_STAGES_256=3;KILN_GEMM_WG_C_PIECES=4"
 ladder_step gemm c-s3 "KILN_GEMM_WG_STAGES_256=3"
-# e4 (2026-12-05, twentieth session): the staged epilogue slimmed. scripts/probes/int8_after.cu
-# found kiln's int8 GEMM 15 us slower at 4096^3 (and 8192^3) after any kernel with other code,
-# even after an idle millisecond or an L2 sweep, and as slow after a 300 KB-code kernel: a cold
-# start of its epilogue's code, 62 KB for f32 C against the f16 GEMM's 31 KB. e4 stores to
-# shared memory by 32-bit shared addresses (st.shared, where generic ST needed 64-bit address
-# arithmetic) and reads column factors at clamped columns without a branch. Built from the tree.
-ladder_step gemm e4 ""
-# e5: e4 plus, for kiln_matmul_int8 without scale vectors and K < 2^17, an epilogue value of one
-# convert and one multiply (Int8ScaleValue; the same bits): the int8 kernel's f32-C code of
-# 62 KB (e4: 56 KB) becomes 32 KB, the f16 GEMM's size. Built from the tree.
-ladder_step gemm e5 ""
+# e4 / e5 / e8 (2026-12-05): the staged epilogue with less code, so that a cold start after
+# another kernel fetches less (scripts/probes/int8_after.cu: 16 us at 4096^3 int8). Built from
+# the working tree as they were written; e8 landed as c7effd0 (e4's clamped column factors,
+# e5's Int8ScaleValue, st.shared by the compiler), so main is the last rung. Measured with
+# scripts/device-next.sh epi (docs/performance.md).
