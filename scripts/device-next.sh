@@ -9,7 +9,9 @@
 # scripts/probes/int8_after.cu, goes into a slim build with scripts/int8-after-probe.sh.
 # Several modes fit one call: each paired 4096^3 run takes seconds.
 #
-#   epi HEAD BASE OTHERS...  issue 5: rungs e4 / e5 (slimmer staged epilogue): HEAD's tests and memcheck,
+#   land HEAD BASE   every GPU test but the soak, memcheck of stream-K and the int4 PREFILL, and
+#                    stream-K's paired ratio at two split shapes beside BASE (about 5 minutes)
+#   epi HEAD BASE OTHERS...  (done 2026-12-05) issue 5: rungs e4 / e5 (slimmer staged epilogue): HEAD's tests and memcheck,
 #                    probe sequences and paired int8 / matmul beside BASE (main) and OTHERS
 #   icache HEAD      (done 2026-12-05) issue 5: the int8 GEMM's slowdown after other kernels against the instruction
 #                    caches (probe sequences, ncu warp states with application replay, SASS size)
@@ -73,6 +75,28 @@ stream_k_checks() { # stream_k_checks BUILD: test_gpu_matmul's wgmma_stream_k, t
   memcheck "$1/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
 }
 case $mode in
+land)
+  # before landing a GEMM epilogue change: every GPU test program of HEAD but the soak, memcheck
+  # of stream-K (whose f16 kernels spill 4 bytes since c7effd0) and of the int4 PREFILL's GEMM
+  # path, then stream-K's paired ratio at two split shapes, HEAD beside BASE. About 5 minutes.
+  H=$2
+  B=$3
+  gpu_info
+  for t in "$H"/tests/test_gpu_*; do
+    [ "$(basename "$t")" = test_gpu_soak ] && continue
+    s=$(date +%s)
+    timeout 200 "$t" >"$L/$(basename "$t").log" 2>&1
+    echo "$(basename "$t"): exit $? in $(($(date +%s) - s)) s: $(grep -E 'PASSED|FAILED|SKIP' "$L/$(basename "$t").log" | tr '\n' ' ')"
+  done
+  memcheck "$H/tests/test_gpu_matmul" wgmma_stream_k "$L/memcheck-stream-k.log"
+  memcheck "$H/tests/test_gpu_int4" "*prefill*" "$L/memcheck-int4-prefill.log"
+  for b in "$B" "$H" "$B" "$H"; do
+    timeout 60 "$b/tools/kiln-bench" matmul --shape 2048x8192x28672 --shape 8192x8192x8192 --algo auto --dtype f16 \
+      --paired --stream-k on --reps 20 >"$L/sk-$(basename "$b").txt" 2>&1
+    echo "$(basename "$b") stream-K: $(grep -E '^matmul ' "$L/sk-$(basename "$b").txt" | awk '{printf "%s %s %s | ", $2, $5, $NF}')"
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
 epi)
   # issue 5: rungs e4 / e5 (the slimmed staged epilogue) against main. HEAD: the build with
   # tests (e5); BASE: main's; OTHERS: e4 etc. HEAD's matmul and int8 tests and memcheck of the
