@@ -92,7 +92,7 @@ land)
   memcheck "$H/tests/test_gpu_matmul" wgmma_stream_k "$L/memcheck-stream-k.log"
   memcheck "$H/tests/test_gpu_int4" "*prefill*" "$L/memcheck-int4-prefill.log"
   for b in "$B" "$H" "$B" "$H"; do
-    timeout 60 "$b/tools/kiln-bench" matmul --shape 2048x8192x28672 --shape 8192x8192x8192 --algo auto --dtype f16 \
+    timeout 60 "$b/tools/kiln-bench" matmul --shape 2048x8192x28672 --shape 8192x8192x8192 --algo wgmma --dtype f16 \
       --paired --stream-k on --reps 20 >"$L/sk-$(basename "$b").txt" 2>&1
     echo "$(basename "$b") stream-K: $(grep -E '^matmul ' "$L/sk-$(basename "$b").txt" | awk '{printf "%s %s %s | ", $2, $5, $NF}')"
   done
