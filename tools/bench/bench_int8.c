@@ -8,7 +8,10 @@
  * Check before timing: kiln with scale 1 into f32 must equal (float)(cuBLAS's int32 sum) for
  * every element (exact: random int8 in [-127, 127] keeps |sum| < 2^24 up to K = 16384, beyond
  * that both sides round the same int once); other output dtypes are compared after the same
- * rounding. Without cuBLAS the rows are kiln-only and checked against no peer.
+ * rounding. Without cuBLAS the rows are kiln-only and checked against no peer. With --scales,
+ * kiln also multiplies by per-row and / or per-column f32 vectors (random, in [0.5, 2)), and the
+ * check applies them to cuBLAS's sums on the host in kiln's order, ((sum · 1) · row) · col, each
+ * product rounded to f32: still exact.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -31,7 +34,9 @@ const char bench_int8_usage[] =
     "                   (4096,12288) (8192,28672) (28672,8192)\n"
     "  --shape MxNxK             one shape instead (repeatable, up to 16)\n"
     "  --rotate-c on|off         C in rotating copies too, as A and W, so that no call writes into the\n"
-    "                            C lines the call before it left in L2 (default off: one C each)\n" BENCH_PAIRED_USAGE BENCH_COMMON_USAGE;
+    "                            C lines the call before it left in L2 (default off: one C each)\n"
+    "  --scales none|rows|cols|both  kiln's per-row / per-column scale vectors (default none; the\n"
+    "                            dtype column then reads e.g. i8->f32+rows+cols)\n" BENCH_PAIRED_USAGE BENCH_COMMON_USAGE;
 
 typedef struct shape {
   int64_t m, n, k;
@@ -44,6 +49,7 @@ typedef struct int8_opts {
   int n_algos; /* 0: all the device runs */
   int square, llm;
   int rotate_c;
+  int scales; /* bit 0: row_scale, bit 1: col_scale */
   shape custom[16];
   int n_custom;
   bench_common common;
@@ -58,6 +64,9 @@ typedef struct operands {
   size_t c_stride; /* between the c_rot copies of kiln's C and of cuBLAS's (1 copy: 0) */
   int c_rot;
   int64_t m, n, k;
+  CUdeviceptr scales;               /* --scales: one allocation of M + N floats (else 0) */
+  CUdeviceptr row_scale, col_scale; /* in it: f32 [M], [N], else 0 */
+  const float *h_row, *h_col;      /* their host copies (the check) */
 } operands;
 
 typedef struct kiln_call {
@@ -67,6 +76,8 @@ typedef struct kiln_call {
   DLTensor a, b, c;
   kiln_matmul_int8_opts opts;
   CUdeviceptr c0; /* C's first copy */
+  int64_t rs_shape[1], cs_shape[1], one_stride[1];
+  DLTensor rs, cs; /* --scales: f32 [M] and [N] */
   kiln_status st;
 } kiln_call;
 
@@ -86,6 +97,12 @@ static void kiln_call_init(kiln_call *kc, bench_env *env, const operands *x, CUd
   kc->b = (DLTensor){NULL, dev, 2, i8, kc->b_shape, kc->b_strides, 0};
   kc->c = (DLTensor){(void *)(uintptr_t)c, dev, 2, bench_dtype_dl(out), kc->c_shape, kc->c_strides, 0};
   kc->c0 = c;
+  const DLDataType f32 = {kDLFloat, 32, 1};
+  kc->rs_shape[0] = x->m, kc->cs_shape[0] = x->n, kc->one_stride[0] = 1;
+  kc->rs = (DLTensor){(void *)(uintptr_t)x->row_scale, dev, 1, f32, kc->rs_shape, kc->one_stride, 0};
+  kc->cs = (DLTensor){(void *)(uintptr_t)x->col_scale, dev, 1, f32, kc->cs_shape, kc->one_stride, 0};
+  if (x->row_scale) kc->opts.row_scale = &kc->rs;
+  if (x->col_scale) kc->opts.col_scale = &kc->cs;
 }
 
 static int kiln_call_fn(void *user, int iter) {
@@ -129,8 +146,10 @@ static int to_host(bench_env *env, void *dst, CUdeviceptr src, size_t bytes) {
 }
 
 /* Elements of kiln's C that differ from cuBLAS's int32 sums rounded to kiln's output dtype (the
- * f32 value, then that float read back from the output dtype's bits); -1 on a copy error. */
-static int64_t mismatches(bench_env *env, CUdeviceptr ck, CUdeviceptr cp, size_t count, bench_dtype out) {
+ * f32 value, then that float read back from the output dtype's bits), times the scale vectors if
+ * given (x); -1 on a copy error. */
+static int64_t mismatches(bench_env *env, const operands *x, CUdeviceptr ck, CUdeviceptr cp, size_t count,
+                          bench_dtype out) {
   size_t os = bench_dtype_size(out);
   void *hk = malloc(count * os);
   int32_t *hp = malloc(count * 4);
@@ -138,7 +157,10 @@ static int64_t mismatches(bench_env *env, CUdeviceptr ck, CUdeviceptr cp, size_t
   if (hk && hp && !to_host(env, hk, ck, count * os) && !to_host(env, hp, cp, count * 4)) {
     bad = 0;
     for (size_t i = 0; i < count; i++) {
-      const float want = (float)hp[i], got = bench_load_f32(out, hk, i);
+      float want = (float)hp[i] * 1.0f; /* kiln's order: ((sum · scale) · row) · col, scale 1 */
+      if (x->h_row) want = want * x->h_row[i / (size_t)x->n];
+      if (x->h_col) want = want * x->h_col[i % (size_t)x->n];
+      const float got = bench_load_f32(out, hk, i);
       /* f16/bf16: the same RNE rounding of the f32 value; compare through kiln's converters */
       const float want_r = out == BENCH_F32   ? want
                            : out == BENCH_F16 ? kiln_f16_to_f32(kiln_f32_to_f16(want))
@@ -156,6 +178,35 @@ static const char *algo_name(kiln_int8_algo a) {
   return a == KILN_INT8_WGMMA ? "wgmma" : a == KILN_INT8_MMA_SYNC ? "mma_sync" : "auto";
 }
 
+/* --scales: random f32 vectors in [0.5, 2) for the rows (bit 0) and / or columns (bit 1), on the
+ * device and, for the check, on the host (*host: one allocation, freed by the caller). */
+static int make_scales(bench_env *env, int which, operands *x, float **host) {
+  const size_t n = (size_t)(x->m + x->n);
+  float *h = *host = malloc(n * sizeof *h);
+  CUdeviceptr d = 0;
+  if (!h) {
+    fprintf(stderr, "kiln-bench int8: out of host memory for the scale vectors\n");
+    return -1;
+  }
+  uint32_t state = 0x9e3779b9u;
+  for (size_t i = 0; i < n; i++) {
+    state = state * 1664525u + 1013904223u;
+    h[i] = 0.5f + 1.5f * (float)(state >> 8) / 16777216.0f;
+  }
+  if (bench_alloc(env, n * sizeof *h, &d)) {
+    fprintf(stderr, "kiln-bench int8: out of device memory for the scale vectors\n");
+    return -1;
+  }
+  x->scales = d; /* freed by the caller */
+  if (bench_cu_check(env, env->cu->cuMemcpyAsync(d, (CUdeviceptr)(uintptr_t)h, n * sizeof *h, env->stream),
+                     "cuMemcpyAsync (scales)") ||
+      bench_cu_check(env, env->cu->cuStreamSynchronize(env->stream), "cuStreamSynchronize"))
+    return -1;
+  if (which & 1) x->row_scale = d, x->h_row = h;
+  if (which & 2) x->col_scale = d + (size_t)x->m * sizeof *h, x->h_col = h + x->m;
+  return 0;
+}
+
 static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb, shape s) {
   const kiln_cuda_api *cu = env->cu;
   operands x = {.m = s.m, .n = s.n, .k = s.k};
@@ -171,6 +222,7 @@ static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb,
   const double ops = 2.0 * (double)s.m * (double)s.n * (double)s.k;
   const int reps = bench_default_reps(env);
   CUdeviceptr ck = 0, cp = 0;
+  float *h_scales = NULL;
   int rc = 0;
   if (bench_alloc(env, x.a_stride * (size_t)x.rot, &x.a) || bench_alloc(env, x.w_stride * (size_t)x.rot, &x.w) ||
       bench_alloc(env, x.c_stride * (size_t)x.c_rot, &ck) || bench_alloc(env, x.c_stride * (size_t)x.c_rot, &cp)) {
@@ -183,6 +235,7 @@ static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb,
     rc = bench_cu_check(env, cu->cuMemcpyAsync(x.a + i * x.a_stride, x.a, a_bytes, env->stream), "cuMemcpyAsync") ||
          bench_cu_check(env, cu->cuMemcpyAsync(x.w + i * x.w_stride, x.w, w_bytes, env->stream), "cuMemcpyAsync");
   if (rc || (rc = bench_cu_check(env, cu->cuStreamSynchronize(env->stream), "cuStreamSynchronize"))) goto done;
+  if (o->scales && (rc = make_scales(env, o->scales, &x, &h_scales))) goto done;
 
   /* The peer once: its sums are the reference, its time the comparison (with --paired, timed beside
    * each kiln algo instead of once here). */
@@ -214,7 +267,8 @@ static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb,
     const bench_dtype out = o->outs[run / n_algos];
     const kiln_int8_algo algo = algos[run % n_algos];
     char dtype_s[24];
-    snprintf(dtype_s, sizeof dtype_s, "i8->%s", bench_dtype_name(out));
+    snprintf(dtype_s, sizeof dtype_s, "i8->%s%s%s", bench_dtype_name(out), o->scales & 1 ? "+rows" : "",
+             o->scales & 2 ? "+cols" : "");
     bench_row row;
     bench_row_init(&row, "int8", shape_s, dtype_s, algo_name(algo), BENCH_TFLOPS, ops);
     if (peer_ok) {
@@ -235,7 +289,7 @@ static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb,
       goto done;
     int len = 0;
     if (peer_ok) {
-      const int64_t bad = mismatches(env, ck, cp, c_count, out);
+      const int64_t bad = mismatches(env, &x, ck, cp, c_count, out);
       row.rel_err = bad < 0 ? NAN : (double)bad / (double)c_count;
       row.check_failed = bad != 0;
       if (bad) len = snprintf(row.note, sizeof row.note, "%lld elements differ from cuBLAS's sums", (long long)bad);
@@ -258,6 +312,8 @@ static int run_shape(bench_env *env, const int8_opts *o, const bench_cublas *cb,
     bench_report(env, &row);
   }
 done:
+  bench_free(env, x.scales);
+  free(h_scales);
   bench_free(env, x.a);
   bench_free(env, x.w);
   bench_free(env, ck);
@@ -315,6 +371,10 @@ static int parse(int argc, char **argv, int8_opts *o) {
     } else if (!strcmp(a, "--rotate-c")) {
       if (!v || (strcmp(v, "on") && strcmp(v, "off"))) return bad_value(a, v);
       o->rotate_c = !strcmp(v, "on");
+    } else if (!strcmp(a, "--scales")) {
+      if (!v || (strcmp(v, "none") && strcmp(v, "rows") && strcmp(v, "cols") && strcmp(v, "both")))
+        return bad_value(a, v);
+      o->scales = !strcmp(v, "rows") ? 1 : !strcmp(v, "cols") ? 2 : !strcmp(v, "both") ? 3 : 0;
     } else if (!strcmp(a, "--shapes")) {
       if (!v || (strcmp(v, "square") && strcmp(v, "llm") && strcmp(v, "all"))) return bad_value(a, v);
       o->square = strcmp(v, "llm") != 0;
