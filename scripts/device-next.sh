@@ -69,6 +69,20 @@ memcheck() { # memcheck PROGRAM FILTER LOG
 gpu_info() { # the card, its driver, clocks, temperature and power at the start of a mode
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 }
+probe_passes() { # probe_passes ROUNDS SEQS BUILD...: scripts/probes/int8_after.cu at 4096^3, builds interleaved twice
+  local rounds=$1 seqs=$2 lines
+  shift 2
+  lines=$(($(echo "$seqs" | tr -cd ',' | wc -c) + 1))
+  lines=$((lines + (lines < 4 ? lines : 4))) # the probe runs the first four sequences again
+  for pass in 1 2; do
+    for b in "$@"; do
+      n=$(basename "$b")
+      timeout 60 "$b/tools/int8_after" 4096 4096 4096 "$rounds" "$seqs" >"$L/probe-$n-$pass.txt" 2>&1
+      echo "== probe $n pass $pass (exit $?)"
+      grep -vE '^steps|^NVIDIA|^c k f F' "$L/probe-$n-$pass.txt" | head -"$lines"
+    done
+  done
+}
 stream_k_checks() { # stream_k_checks BUILD: test_gpu_matmul's wgmma_stream_k, then memcheck of it
   timeout 120 "$1/tests/test_gpu_matmul" --filter wgmma_stream_k >"$L/stream-k.log" 2>&1
   echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
@@ -114,15 +128,7 @@ epi)
   memcheck "$H/tests/test_gpu_int8" wgmma_and_mma_sync "$L/memcheck-int8.log"
   memcheck "$H/tests/test_gpu_int8" scales "$L/memcheck-int8-scales.log"
   memcheck "$H/tests/test_gpu_matmul" wgmma_tile_widths "$L/memcheck-matmul.log"
-  seqs="k,c k,K k,I k,K,c K,H,h H,I H"
-  for pass in 1 2; do
-    for b in "$B" "$H" "$@"; do
-      n=$(basename "$b")
-      timeout 60 "$b/tools/int8_after" 4096 4096 4096 30 "$seqs" >"$L/probe-$n-$pass.txt" 2>&1
-      echo "== probe $n pass $pass (exit $?)"
-      grep -vE '^steps|^NVIDIA|^c k f F' "$L/probe-$n-$pass.txt" | head -9
-    done
-  done
+  probe_passes 30 "k,c k,K k,I k,K,c K,H,h H,I H" "$B" "$H" "$@"
   for pass in 1 2; do
     for b in "$B" "$H" "$@"; do
       n=$(basename "$b")
@@ -171,15 +177,7 @@ cpieces)
   H=$2
   shift 2
   gpu_info
-  seqs="k,c k,k c,c r k,c m k,H,h H,H h,r H"
-  for pass in 1 2; do
-    for b in "$H" "$@"; do
-      n=$(basename "$b")
-      timeout 60 "$b/tools/int8_after" 4096 4096 4096 40 "$seqs" >"$L/probe-$n-$pass.txt" 2>&1
-      echo "== probe $n pass $pass (exit $?)"
-      grep -vE '^steps|^NVIDIA|^c k f F' "$L/probe-$n-$pass.txt" | head -14
-    done
-  done
+  probe_passes 40 "k,c k,k c,c r k,c m k,H,h H,H h,r H" "$H" "$@"
   for b in "$H" "$@"; do
     n=$(basename "$b")
     timeout 60 "$b/tools/kiln-bench" int8 --shape 4096x4096x4096 --algo wgmma --paired --reps 40 >"$L/int8-$n.txt" 2>&1
