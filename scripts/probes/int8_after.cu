@@ -90,17 +90,26 @@ typedef struct world {
   int probes;
 } world;
 
+/* x @ W.T operands for kiln: A [M,K], W [N,K] seen as B [K,N], C [M,N] row-major. */
+typedef struct linear {
+  int64_t as[2], ast[2], bs[2], bst[2], cs[2], cst[2];
+  DLTensor a, b, c;
+} linear;
+static void linear_init(linear *l, const world *g, void *a, void *w, DLDataType in, void *c, int c_bits) {
+  const int64_t m = g->m, n = g->n, k = g->k;
+  *l = (linear){{m, k}, {k, 1}, {k, n}, {1, k}, {m, n}, {n, 1}, {}, {}, {}};
+  l->a = (DLTensor){a, {kDLCUDA, 0}, 2, in, l->as, l->ast, 0};
+  l->b = (DLTensor){w, {kDLCUDA, 0}, 2, in, l->bs, l->bst, 0};
+  l->c = (DLTensor){c, {kDLCUDA, 0}, 2, {kDLFloat, (uint8_t)c_bits, 1}, l->cs, l->cst, 0};
+}
+
 static void kiln_int8_to(world *g, void *cp, int c_bits) {
   const int r = g->iter++ % ROT;
-  int64_t as[2] = {g->m, g->k}, ast[2] = {g->k, 1};
-  int64_t bs[2] = {g->k, g->n}, bst[2] = {1, g->k}; /* W[N,K] seen as B[K,N] */
-  int64_t cs[2] = {g->m, g->n}, cst[2] = {g->n, 1};
-  DLTensor a = {g->a + r * g->m * g->k, {kDLCUDA, 0}, 2, {kDLInt, 8, 1}, as, ast, 0};
-  DLTensor b = {g->w + r * g->n * g->k, {kDLCUDA, 0}, 2, {kDLInt, 8, 1}, bs, bst, 0};
-  DLTensor c = {cp, {kDLCUDA, 0}, 2, {kDLFloat, (uint8_t)c_bits, 1}, cs, cst, 0};
+  linear l;
+  linear_init(&l, g, g->a + r * g->m * g->k, g->w + r * g->n * g->k, {kDLInt, 8, 1}, cp, c_bits);
   kiln_matmul_int8_opts o = kiln_matmul_int8_opts_default();
   o.algo = KILN_INT8_WGMMA;
-  if (kiln_matmul_int8(g->ctx, &a, &b, &c, &o, (CUstream)g->s) != KILN_OK) {
+  if (kiln_matmul_int8(g->ctx, &l.a, &l.b, &l.c, &o, (CUstream)g->s) != KILN_OK) {
     fprintf(stderr, "kiln_matmul_int8: %s\n", kiln_last_error());
     exit(1);
   }
@@ -130,14 +139,10 @@ static void cublas_f16(world *g, const char *) { cublas_f16_to(g, g->h_c, CUDA_R
 static void cublas_f16_f32(world *g, const char *) { cublas_f16_to(g, g->hc_c, CUDA_R_32F); }
 
 static void kiln_f16_to(world *g, void *cp, int c_bits) {
-  int64_t as[2] = {g->m, g->k}, ast[2] = {g->k, 1};
-  int64_t bs[2] = {g->k, g->n}, bst[2] = {1, g->k};
-  int64_t cs[2] = {g->m, g->n}, cst[2] = {g->n, 1};
-  DLTensor a = {g->h_a, {kDLCUDA, 0}, 2, {kDLFloat, 16, 1}, as, ast, 0};
-  DLTensor b = {g->h_w, {kDLCUDA, 0}, 2, {kDLFloat, 16, 1}, bs, bst, 0};
-  DLTensor c = {cp, {kDLCUDA, 0}, 2, {kDLFloat, (uint8_t)c_bits, 1}, cs, cst, 0};
+  linear l;
+  linear_init(&l, g, g->h_a, g->h_w, {kDLFloat, 16, 1}, cp, c_bits);
   kiln_matmul_opts o = kiln_matmul_opts_default();
-  if (kiln_matmul(g->ctx, &a, &b, &c, &o, (CUstream)g->s) != KILN_OK) {
+  if (kiln_matmul(g->ctx, &l.a, &l.b, &l.c, &o, (CUstream)g->s) != KILN_OK) {
     fprintf(stderr, "kiln_matmul: %s\n", kiln_last_error());
     exit(1);
   }
