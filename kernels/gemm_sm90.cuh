@@ -312,8 +312,6 @@ struct WgmmaF16 {
   using Args = kiln_gemm_args;
   using Acc = float;
   using Value = GemmValue; /* the epilogue's values (store_tile_as, store_staged_as) */
-  using PlainValue = GemmValue;
-  static KILN_DEVICE bool plain(const Args &) { return false; } /* GemmValue has no factors to skip */
   static constexpr int ELEM = 2;
   static KILN_DEVICE int group_m(const Args &p) { return p.group_m; }
   /* one k16 step (32 bytes of K) of a 64 x BN tile; m/n-major operands with the transpose flag */
@@ -325,6 +323,12 @@ struct WgmmaF16 {
   static KILN_DEVICE void store(Acc (&d)[BN / 2], const Args &p, void *c, int row0, int col0, int lane) {
     store_c<1, BN / 8>(*reinterpret_cast<float(*)[1][BN / 8][4]>(d), p, c, row0, col0, lane);
   }
+  /* the epilogue through shared memory (store_staged) */
+  template <int BN>
+  static KILN_DEVICE void store_staged(const Acc (&d)[BN / 2], const Args &p, uint8_t *stage, const CUtensorMap *map,
+                                       int row0, int col0, int b, int t, int cw) {
+    sm90::store_staged<GemmValue, BN>(d, p, stage, map, row0, col0, b, t, cw);
+  }
 };
 
 /* int8 in (both k-major), s32 accumulators wrapping modulo 2^32, C = float(acc) times the
@@ -333,8 +337,6 @@ struct WgmmaS8 {
   using Args = kiln_int8_args;
   using Acc = int32_t;
   using Value = Int8Value; /* the epilogue's values (store_tile_as, store_staged_as) */
-  using PlainValue = Int8ScaleValue; /* ... where neither scale vector is given */
-  static KILN_DEVICE bool plain(const Args &p) { return !p.row_scale && !p.col_scale && p.k < (1 << 17); }
   static constexpr int ELEM = 1;
   static KILN_DEVICE int group_m(const Args &) { return KILN_GEMM_I8_GROUP_M; }
   /* one k32 step (32 bytes of K). Two n128 instructions per 256-wide step (two accumulator
@@ -347,6 +349,21 @@ struct WgmmaS8 {
   template <int BN>
   static KILN_DEVICE void store(Acc (&d)[BN / 2], const Args &p, void *c, int row0, int col0, int lane) {
     StoreInt8::store<1, BN / 8>(*reinterpret_cast<int32_t(*)[1][BN / 8][4]>(d), p, c, row0, col0, lane);
+  }
+  /* the epilogue through shared memory, its Value picked per launch: below K = 2^17 a sum never
+   * wraps to INT32_MIN, so Int8ScaleValue (no vectors) or Int8LeanValue (the factors' order fixed)
+   * skip Int8Value's fix-up and selects; only the executed one's code is fetched. */
+  template <int BN>
+  static KILN_DEVICE void store_staged(const Acc (&d)[BN / 2], const Args &p, uint8_t *stage, const CUtensorMap *map,
+                                       int row0, int col0, int b, int t, int cw) {
+    if (p.k >= (1 << 17))
+      sm90::store_staged<Int8Value, BN>(d, p, stage, map, row0, col0, b, t, cw);
+    else if (!p.row_scale && !p.col_scale)
+      sm90::store_staged<Int8ScaleValue, BN>(d, p, stage, map, row0, col0, b, t, cw);
+    else if (p.transposed)
+      sm90::store_staged<Int8LeanValue<true>, BN>(d, p, stage, map, row0, col0, b, t, cw);
+    else
+      sm90::store_staged<Int8LeanValue<false>, BN>(d, p, stage, map, row0, col0, b, t, cw);
   }
 };
 
@@ -577,10 +594,7 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
       void *C = (char *)p.c + b * p.c_bs * (p.c_dtype == KILN_DT_F32 ? 4 : 2);
       if (KILN_GEMM_STORE_PROBE && p.m >= 0) { /* the probe: no stores (results are garbage) */
       } else if (p.c_staged) {
-        if (T::plain(p)) /* no per-row or per-column factors: a leaner epilogue (Int8ScaleValue) */
-          store_staged<typename T::PlainValue, BN>(d, p, stage, map_c, tm * BM + 64 * cw, tn * BN, b, t, cw);
-        else
-          store_staged<typename T::Value, BN>(d, p, stage, map_c, tm * BM + 64 * cw, tn * BN, b, t, cw);
+        T::template store_staged<BN>(d, p, stage, map_c, tm * BM + 64 * cw, tn * BN, b, t, cw);
       } else {
         T::template store<BN>(d, p, C, tm * BM + 64 * cw + 16 * warp, tn * BN, lane);
       }

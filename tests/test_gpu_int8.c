@@ -386,12 +386,13 @@ static void uint8_same_bits(void **state) {
 /* K = 131072 (the bound) with every element -128: every sum is 2^31, which wraps to INT32_MIN
  * in the int32 accumulators and must read as +2^31 (2147483648.0f). Then random extremes
  * (-128 / 127) whose sums pass 2^24 and are rounded once. Every layout of A and B. The same at
- * K = 131071, the largest K of the WGMMA kernels' lean epilogue without scale vectors
- * (Int8ScaleValue, which skips the INT32_MIN fix-up): all -128 sums to 2^31 - 2^14. */
+ * K = 131071, the largest K of the WGMMA kernels' lean epilogues (Int8ScaleValue without scale
+ * vectors, Int8LeanValue with them; both skip the INT32_MIN fix-up): all -128 sums to 2^31 - 2^14.
+ * The random extremes also run with both vectors, C row- and column-major, on WGMMA's layouts. */
 static void k_bound_sums(void **state) {
   (void)state;
   SKIP_IF_NO_INT8();
-  const int64_t M = g_sanitizer ? 3 : 33, N = g_sanitizer ? 5 : 260;
+  const int64_t M = g_sanitizer ? 4 : 36, N = g_sanitizer ? 8 : 260; /* 16-byte rows of C and Cᵀ: staged stores */
   int failures = 0;
   char what[320];
   for (int l = 0; l < 8; l++) {
@@ -418,6 +419,20 @@ static void k_bound_sums(void **state) {
     describe(what, sizeof what, "random extremes", 1, M, N, K, &a, l % 4 == 0 ? ALIGNED : NATURAL, &b,
              l % 4 == 0 ? ALIGNED : NATURAL, &c, NATURAL, 1.0f, NULL, NULL);
     failures += !run_compare(&a, &b, &c, 1.0f, NULL, NULL, what);
+    if (l % 4 == 0) { /* WGMMA's layouts: with both vectors, C row- and column-major (Cᵀ computed) */
+      gvec row, col;
+      gv_init(&row, M, 1);
+      gv_init(&col, N, 2);
+      for (int lc = 0; lc < 2; lc++) {
+        gmat cv;
+        gm_init(&cv, TEST_F32, 2, 1, M, N, lc ? COL : ROW, NATURAL);
+        describe(what, sizeof what, "random extremes", 1, M, N, K, &a, ALIGNED, &b, ALIGNED, &cv, NATURAL, 0.37f, &row,
+                 &col);
+        failures += !run_compare(&a, &b, &cv, 0.37f, &row, &col, what);
+        gm_free(&cv);
+      }
+      gv_free(&row), gv_free(&col);
+    }
     gm_free(&a), gm_free(&b), gm_free(&c);
   }
   if (failures) fail_msg("%d products differ (listed above)", failures);
