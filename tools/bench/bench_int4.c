@@ -24,7 +24,7 @@ const char bench_int4_usage[] =
     "  --shape KxN          this one weight shape only (e.g. 4096x12288; for profiling)\n"
     "  --m M                this one M only\n"
     "  --algo A             auto (default), decode or prefill (the workspace is given to auto\n"
-    "                       from M = 128 and to prefill always)\n" BENCH_COMMON_USAGE;
+    "                       from M = 128 and to prefill always)\n" BENCH_PAIRED_USAGE BENCH_COMMON_USAGE;
 
 typedef struct w4_weights {
   int n_copies;
@@ -137,7 +137,19 @@ static int run_m(bench_env *env, const bench_cublas *cb, w4_weights *w, int64_t 
   bench_row row;
   bench_row_init(&row, "matmul_int4", shape_s, bench_dtype_name(dt), algo_s, decode ? BENCH_GBPS : BENCH_TFLOPS,
                  decode ? wbytes : 2.0 * (double)M * (double)N * (double)K);
-  if (bench_time(env, env->stream, kiln_fn, &c, bench_default_reps(env), &row.kiln)) {
+  if (cb->lib) snprintf(row.peer, sizeof row.peer, "cublas %.20s", cb->version[0] ? cb->version : "f16");
+  if (cb->lib && env->opts.paired) { /* --paired: kiln and cuBLAS in alternating batches */
+    if (bench_time_paired(env, env->stream, kiln_fn, &c, peer_fn, &c, bench_default_reps(env), &row.kiln,
+                          &row.peer_t, &row.pair)) {
+      if (c.st == KILN_OK && c.cst == BENCH_CUBLAS_STATUS_SUCCESS) {
+        rc = -1;
+        goto done;
+      }
+      snprintf(row.note, sizeof row.note, "error: %s",
+               c.st != KILN_OK ? kiln_last_error() : bench_cublas_status_name(c.cst));
+      env->failures++;
+    }
+  } else if (bench_time(env, env->stream, kiln_fn, &c, bench_default_reps(env), &row.kiln)) {
     if (c.st == KILN_OK) {
       rc = -1;
       goto done;
@@ -145,8 +157,7 @@ static int run_m(bench_env *env, const bench_cublas *cb, w4_weights *w, int64_t 
     snprintf(row.note, sizeof row.note, "error: %s", kiln_last_error());
     env->failures++;
   }
-  if (cb->lib) {
-    snprintf(row.peer, sizeof row.peer, "cublas %.20s", cb->version[0] ? cb->version : "f16");
+  if (cb->lib && !env->opts.paired) {
     if (bench_time(env, env->stream, peer_fn, &c, bench_default_reps(env), &row.peer_t)) {
       snprintf(row.note, sizeof row.note, "cublas: %s", bench_cublas_status_name(c.cst));
       row.peer_t.median_us = NAN;
