@@ -11,6 +11,10 @@
 #
 #   land HEAD BASE   every GPU test but the soak, memcheck of stream-K and the int4 PREFILL, and
 #                    stream-K's paired ratio at two split shapes beside BASE (about 5 minutes)
+#   lean HEAD BASE OTHERS...  issue 5: int8 with scale vectors (rungs lean, e9, e10): HEAD's int8
+#                    and matmul tests, memcheck of the int8 scale and K-bound tests, paired int8
+#                    with --scales none / rows / both, BASE, OTHERS and HEAD interleaved twice;
+#                    with LEAN_INT4=1 then the int4 PREFILL paired against unpaired, HEAD only
 #   epi HEAD BASE OTHERS...  (done 2026-12-05) issue 5: rungs e4 / e5 (slimmer staged epilogue): HEAD's tests and memcheck,
 #                    probe sequences and paired int8 / matmul beside BASE (main) and OTHERS
 #   icache HEAD      (done 2026-12-05) issue 5: the int8 GEMM's slowdown after other kernels against the instruction
@@ -109,6 +113,39 @@ land)
     timeout 60 "$b/tools/kiln-bench" matmul --shape 2048x8192x28672 --shape 8192x8192x8192 --algo wgmma --dtype f16 \
       --paired --stream-k on --reps 20 >"$L/sk-$(basename "$b").txt" 2>&1
     echo "$(basename "$b") stream-K: $(grep -E '^matmul ' "$L/sk-$(basename "$b").txt" | awk '{printf "%s %s %s | ", $2, $5, $NF}')"
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+lean)
+  H=$2
+  B=$3
+  shift 3
+  gpu_info
+  for t in test_gpu_int8 test_gpu_matmul; do
+    timeout 300 "$H/tests/$t" >"$L/$t.log" 2>&1
+    echo "$t: exit $? ($(grep -cE '^\[       OK \]' "$L/$t.log") OK, $(grep -cE '^\[  FAILED  \]' "$L/$t.log") FAILED)"
+  done
+  memcheck "$H/tests/test_gpu_int8" k_bound_sums "$L/memcheck-int8-k-bound.log"
+  memcheck "$H/tests/test_gpu_int8" scales "$L/memcheck-int8-scales.log"
+  memcheck "$H/tests/test_gpu_int8" wgmma_and_mma_sync "$L/memcheck-int8-wgmma.log"
+  for pass in 1 2; do
+    for b in "$B" "$@" "$H"; do
+      for s in none rows both; do
+        f="$L/int8-$(basename "$b")-$s-$pass.txt"
+        timeout 120 "$b/tools/kiln-bench" int8 --shape 4096x4096x4096 --shape 2048x12288x4096 --algo wgmma --out all \
+          --paired --scales "$s" --reps 20 >"$f" 2>&1
+        grep -E '^int8 ' "$f" | awk -v b="$(basename "$b")" -v p="$pass" '{printf "%s/%s %s %s %s %s %s %s\n", b, p, $2, $3, $5, $7, $9, $NF}'
+      done
+    done
+  done
+  for sh in $([ "${LEAN_INT4:-0}" = 1 ] && echo 4096x4096 4096x12288 8192x28672 28672x8192); do
+    for m in 1024 4096; do
+      for mode2 in "" --paired; do
+        f="$L/int4-$sh-$m${mode2}.txt"
+        timeout 120 "$H/tools/kiln-bench" int4 --shape $sh --m $m --algo prefill $mode2 >"$f" 2>&1
+        echo "int4 ${mode2:-unpaired}: $(grep -E '^matmul_int4 ' "$f" | head -1)"
+      done
+    done
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
