@@ -15,6 +15,10 @@
 #                    and matmul tests, memcheck of the int8 scale and K-bound tests, paired int8
 #                    with --scales none / rows / both, BASE, OTHERS and HEAD interleaved twice;
 #                    with LEAN_INT4=1 then the int4 PREFILL paired against unpaired, HEAD only
+#   bwdpdl HEAD BASE issue 8: rung bwd-pdl (scripts/rungs/attn-bwd-pdl.patch; HEAD: a build with it,
+#                    BASE: main's): test_gpu_attention, memcheck and racecheck of the backward
+#                    tests, SDPA flash once, then kiln-bench attention --quick --dtype all with the
+#                    SDPA peer, BASE and HEAD interleaved twice (about 6 minutes)
 #   epi HEAD BASE OTHERS...  (done 2026-12-05) issue 5: rungs e4 / e5 (slimmer staged epilogue): HEAD's tests and memcheck,
 #                    probe sequences and paired int8 / matmul beside BASE (main) and OTHERS
 #   icache HEAD      (done 2026-12-05) issue 5: the int8 GEMM's slowdown after other kernels against the instruction
@@ -113,6 +117,27 @@ land)
     timeout 60 "$b/tools/kiln-bench" matmul --shape 2048x8192x28672 --shape 8192x8192x8192 --algo wgmma --dtype f16 \
       --paired --stream-k on --reps 20 >"$L/sk-$(basename "$b").txt" 2>&1
     echo "$(basename "$b") stream-K: $(grep -E '^matmul ' "$L/sk-$(basename "$b").txt" | awk '{printf "%s %s %s | ", $2, $5, $NF}')"
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+bwdpdl)
+  H=$2
+  B=$3
+  gpu_info
+  timeout 300 "$H/tests/test_gpu_attention" >"$L/test_gpu_attention.log" 2>&1
+  echo "test_gpu_attention: exit $?: $(grep -E 'PASSED|FAILED|SKIP' "$L/test_gpu_attention.log" | tr '\n' ' ')"
+  memcheck "$H/tests/test_gpu_attention" "backward_shapes" "$L/memcheck-backward.log"
+  KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$H/tests/test_gpu_attention" --filter backward_shapes >"$L/racecheck-backward.log" 2>&1
+  echo "racecheck backward_shapes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/racecheck-backward.log"))"
+  timeout 200 python3 scripts/bench_sdpa.py --quick --dtype all >"$L/sdpa.txt" 2>"$L/sdpa.err"
+  echo "bench_sdpa: exit $?"
+  for pass in 1 2; do
+    for b in "$B" "$H"; do
+      f="$L/attn-$(basename "$b")-$pass.txt"
+      timeout 150 "$b/tools/kiln-bench" attention --quick --dtype all --peer "$L/sdpa.txt" >"$f" 2>&1
+      grep -E '^attention' "$f" | sed "s|^|$(basename "$b")/$pass |"
+    done
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
