@@ -14,7 +14,8 @@
 #   lean HEAD BASE OTHERS...  issue 5: int8 with scale vectors (rungs lean, e9, e10): HEAD's int8
 #                    and matmul tests, memcheck of the int8 scale and K-bound tests, paired int8
 #                    with --scales none / rows / both, BASE, OTHERS and HEAD interleaved twice;
-#                    with LEAN_INT4=1 then the int4 PREFILL paired against unpaired, HEAD only
+#                    with LEAN_INT4=1 then the int4 PREFILL and the fused QKV (M 2048, 8192) paired
+#                    against unpaired, HEAD only
 #   bwdpdl HEAD BASE issue 8: rung bwd-pdl (scripts/rungs/attn-bwd-pdl.patch; HEAD: a build with it,
 #                    BASE: main's): test_gpu_attention, memcheck and racecheck of the backward
 #                    tests, SDPA flash once, then kiln-bench attention --quick --dtype all with the
@@ -170,6 +171,13 @@ lean)
         timeout 120 "$H/tools/kiln-bench" int4 --shape $sh --m $m --algo prefill $mode2 >"$f" 2>&1
         echo "int4 ${mode2:-unpaired}: $(grep -E '^matmul_int4 ' "$f" | head -1)"
       done
+    done
+  done
+  for m in $([ "${LEAN_INT4:-0}" = 1 ] && echo 2048 8192); do # the fused QKV's PREFILL (issue 6), all 3 shapes
+    for mode2 in "" --paired; do
+      f="$L/qkv-$m${mode2}.txt"
+      timeout 150 "$H/tools/kiln-bench" qkv --m $m $mode2 >"$f" 2>&1
+      grep -E '^qkv_' "$f" | sed "s|^|qkv ${mode2:-unpaired}: |"
     done
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"

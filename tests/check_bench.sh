@@ -35,7 +35,7 @@ rows=$(grep -c "^attention" "$tmp/attention.txt")
 [ "$rows" -eq 6 ] || fail "attention: $rows rows, expected 6 (forward, forward + backward x 3 algos)"
 rows=$(grep -c "^attention" "$tmp/attention256.txt")
 [ "$rows" -eq 3 ] || fail "attention D = 256: $rows rows, expected 3 (MMA_SYNC forward and forward + backward, WGMMA forward)"
-"$bench" qkv --paired >"$tmp/refused.txt" 2>&1 && fail "qkv accepted --paired, which it does not implement"
+"$bench" attention --paired >"$tmp/refused.txt" 2>&1 && fail "attention accepted --paired, which it does not implement"
 if command -v python3 >/dev/null; then
   python3 - "$tmp/matmul.json" "$tmp/int8.json" <<'PY' || fail "JSON"
 import json, sys
@@ -44,4 +44,4 @@ for path in sys.argv[1:]:
     assert rows and all(r["paired_rounds"] == 4 for r in rows), path
 PY
 fi
-echo "check_bench: kiln-bench matmul and int8 --paired, int8 --scales both, and attention, ran every measurement to its report; qkv refused --paired"
+echo "check_bench: kiln-bench matmul and int8 --paired, int8 --scales both, and attention, ran every measurement to its report; attention refused --paired"

@@ -28,7 +28,7 @@ const char bench_qkv_usage[] =
     "  --algo A             auto (default), decode or prefill; the PREFILL workspace (the three\n"
     "                       weights side by side) is given to auto from M = 128 and to prefill\n"
     "                       always (and to the 3 single int4 calls)\n"
-    "  --m M                this one M only\n" BENCH_COMMON_USAGE;
+    "  --m M                this one M only\n" BENCH_PAIRED_USAGE BENCH_COMMON_USAGE;
 
 /* n_copies copies of the three projections' buffers, back to back, per buffer kind. */
 typedef struct qkv_weights {
@@ -167,12 +167,22 @@ static int measure(bench_env *env, qkv_call *c, const char *op, const char *algo
   bench_row row;
   bench_row_init(&row, op, shape_s, bench_dtype_name(c->dt), algo, decode ? BENCH_GBPS : BENCH_TFLOPS,
                  decode ? wbytes : 2.0 * (double)c->M * (double)Nt * (double)c->w->K);
-  if (bench_time(env, env->stream, fn, c, bench_default_reps(env), &row.kiln)) {
+  if (pfn && env->opts.paired) { /* --paired: kiln and the peer in alternating batches */
+    snprintf(row.peer, sizeof row.peer, "%s", peer_name);
+    c->st = KILN_OK, c->cst = BENCH_CUBLAS_STATUS_SUCCESS;
+    if (bench_time_paired(env, env->stream, fn, c, pfn, c, bench_default_reps(env), &row.kiln, &row.peer_t,
+                          &row.pair)) {
+      if (c->st == KILN_OK && c->cst == BENCH_CUBLAS_STATUS_SUCCESS) return -1;
+      snprintf(row.note, sizeof row.note, "error: %s",
+               c->st != KILN_OK ? kiln_last_error() : bench_cublas_status_name(c->cst));
+      env->failures++;
+    }
+  } else if (bench_time(env, env->stream, fn, c, bench_default_reps(env), &row.kiln)) {
     if (c->st == KILN_OK) return -1;
     snprintf(row.note, sizeof row.note, "error: %s", kiln_last_error());
     env->failures++;
   }
-  if (pfn) {
+  if (pfn && !env->opts.paired) {
     snprintf(row.peer, sizeof row.peer, "%s", peer_name);
     c->st = KILN_OK, c->cst = BENCH_CUBLAS_STATUS_SUCCESS;
     if (bench_time(env, env->stream, pfn, c, bench_default_reps(env), &row.peer_t)) {
