@@ -14,8 +14,8 @@
 #   lean HEAD BASE OTHERS...  issue 5: int8 with scale vectors (rungs lean, e9, e10): HEAD's int8
 #                    and matmul tests, memcheck of the int8 scale and K-bound tests, paired int8
 #                    with --scales none / rows / both, BASE, OTHERS and HEAD interleaved twice;
-#                    with LEAN_INT4=1 then the int4 PREFILL and the fused QKV (M 2048, 8192) paired
-#                    against unpaired, HEAD only
+#   prefill HEAD     issues 5 and 6: the int4 PREFILL (four shapes, M 1024 and 4096) and the fused
+#                    QKV (M 2048 and 8192) paired against unpaired (3-4 minutes)
 #   bwdpdl HEAD BASE issue 8: rung bwd-pdl (scripts/rungs/attn-bwd-pdl.patch; HEAD: a build with it,
 #                    BASE: main's): test_gpu_attention, memcheck and racecheck of the backward
 #                    tests, SDPA flash once, then kiln-bench attention --quick --dtype all with the
@@ -142,6 +142,27 @@ bwdpdl)
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
+prefill)
+  H=$2
+  gpu_info
+  for sh in 4096x4096 4096x12288 8192x28672 28672x8192; do
+    for m in 1024 4096; do
+      for mode2 in "" --paired; do
+        f="$L/int4-$sh-$m${mode2}.txt"
+        timeout 120 "$H/tools/kiln-bench" int4 --shape $sh --m $m --algo prefill $mode2 >"$f" 2>&1
+        echo "int4 ${mode2:-unpaired}: $(grep -E '^matmul_int4 ' "$f" | head -1)"
+      done
+    done
+  done
+  for m in 2048 8192; do # the fused QKV's PREFILL (issue 6), all 3 shapes
+    for mode2 in "" --paired; do
+      f="$L/qkv-$m${mode2}.txt"
+      timeout 150 "$H/tools/kiln-bench" qkv --m $m $mode2 >"$f" 2>&1
+      grep -E '^qkv_' "$f" | sed "s|^|qkv ${mode2:-unpaired}: |"
+    done
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
 lean)
   H=$2
   B=$3
@@ -162,22 +183,6 @@ lean)
           --paired --scales "$s" --reps 20 >"$f" 2>&1
         grep -E '^int8 ' "$f" | awk -v b="$(basename "$b")" -v p="$pass" '{printf "%s/%s %s %s %s %s %s %s\n", b, p, $2, $3, $5, $7, $9, $NF}'
       done
-    done
-  done
-  for sh in $([ "${LEAN_INT4:-0}" = 1 ] && echo 4096x4096 4096x12288 8192x28672 28672x8192); do
-    for m in 1024 4096; do
-      for mode2 in "" --paired; do
-        f="$L/int4-$sh-$m${mode2}.txt"
-        timeout 120 "$H/tools/kiln-bench" int4 --shape $sh --m $m --algo prefill $mode2 >"$f" 2>&1
-        echo "int4 ${mode2:-unpaired}: $(grep -E '^matmul_int4 ' "$f" | head -1)"
-      done
-    done
-  done
-  for m in $([ "${LEAN_INT4:-0}" = 1 ] && echo 2048 8192); do # the fused QKV's PREFILL (issue 6), all 3 shapes
-    for mode2 in "" --paired; do
-      f="$L/qkv-$m${mode2}.txt"
-      timeout 150 "$H/tools/kiln-bench" qkv --m $m $mode2 >"$f" 2>&1
-      grep -E '^qkv_' "$f" | sed "s|^|qkv ${mode2:-unpaired}: |"
     done
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
