@@ -13,7 +13,8 @@
 #                    stream-K's paired ratio at two split shapes beside BASE (about 5 minutes)
 #   lean HEAD BASE OTHERS...  issue 5: int8 with scale vectors (rungs lean, e9, e10): HEAD's int8
 #                    and matmul tests, memcheck of the int8 scale and K-bound tests, paired int8
-#                    with --scales none / rows / both, BASE, OTHERS and HEAD interleaved twice;
+#                    with --scales none / rows / both, BASE, OTHERS and HEAD interleaved twice
+#                    (about 5 minutes)
 #   prefill HEAD     issues 5 and 6: the int4 PREFILL (four shapes, M 1024 and 4096) and the fused
 #                    QKV (M 2048 and 8192) paired against unpaired (3-4 minutes)
 #   bwdpdl HEAD BASE issue 8: rung bwd-pdl (scripts/rungs/attn-bwd-pdl.patch; HEAD: a build with it,
