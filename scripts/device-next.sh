@@ -76,6 +76,15 @@ memcheck() { # memcheck PROGRAM FILTER LOG
   rc=$?
   echo "memcheck $(basename "$1") --filter '$2': exit $rc ($(grep -m1 -E 'ERROR SUMMARY' "$3"))"
 }
+gpu_test() { # gpu_test PROGRAM [ARGS...]: one test program into $L/NAME.log, its exit, time and tally
+  local log s
+  log="$L/$(basename "$1").log"
+  s=$(date +%s)
+  timeout 300 "$@" >"$log" 2>&1
+  echo "$(basename "$1"): exit $? in $(($(date +%s) - s)) s ($(grep -cE '^\[       OK \]' "$log") OK," \
+    "$(grep -cE '^\[  FAILED  \]' "$log") FAILED, $(grep -cE '^\[  SKIPPED \]' "$log") skipped)" \
+    "$(grep -m1 -E '^SKIP' "$log" | cut -c1-80)"
+}
 gpu_info() { # the card, its driver, clocks, temperature and power at the start of a mode
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 }
@@ -109,9 +118,7 @@ land)
   gpu_info
   for t in "$H"/tests/test_gpu_*; do
     case " ${LAND_SKIP:-test_gpu_soak} " in *" $(basename "$t") "*) continue ;; esac
-    s=$(date +%s)
-    timeout 200 "$t" >"$L/$(basename "$t").log" 2>&1
-    echo "$(basename "$t"): exit $? in $(($(date +%s) - s)) s: $(grep -E 'PASSED|FAILED|SKIP' "$L/$(basename "$t").log" | tr '\n' ' ')"
+    gpu_test "$t"
   done
   memcheck "$H/tests/test_gpu_matmul" wgmma_stream_k "$L/memcheck-stream-k.log"
   memcheck "$H/tests/test_gpu_int4" "*prefill*" "$L/memcheck-int4-prefill.log"
@@ -126,8 +133,7 @@ bwdpdl)
   H=$2
   B=$3
   gpu_info
-  timeout 300 "$H/tests/test_gpu_attention" >"$L/test_gpu_attention.log" 2>&1
-  echo "test_gpu_attention: exit $?: $(grep -E 'PASSED|FAILED|SKIP' "$L/test_gpu_attention.log" | tr '\n' ' ')"
+  gpu_test "$H/tests/test_gpu_attention"
   memcheck "$H/tests/test_gpu_attention" "backward_shapes" "$L/memcheck-backward.log"
   KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$H/tests/test_gpu_attention" --filter backward_shapes >"$L/racecheck-backward.log" 2>&1
@@ -169,10 +175,8 @@ lean)
   B=$3
   shift 3
   gpu_info
-  for t in test_gpu_int8 test_gpu_matmul; do
-    timeout 300 "$H/tests/$t" >"$L/$t.log" 2>&1
-    echo "$t: exit $? ($(grep -cE '^\[       OK \]' "$L/$t.log") OK, $(grep -cE '^\[  FAILED  \]' "$L/$t.log") FAILED)"
-  done
+  gpu_test "$H/tests/test_gpu_int8"
+  gpu_test "$H/tests/test_gpu_matmul"
   memcheck "$H/tests/test_gpu_int8" k_bound_sums "$L/memcheck-int8-k-bound.log"
   memcheck "$H/tests/test_gpu_int8" scales "$L/memcheck-int8-scales.log"
   memcheck "$H/tests/test_gpu_int8" wgmma_and_mma_sync "$L/memcheck-int8-wgmma.log"
@@ -182,7 +186,8 @@ lean)
         f="$L/int8-$(basename "$b")-$s-$pass.txt"
         timeout 120 "$b/tools/kiln-bench" int8 --shape 4096x4096x4096 --shape 2048x12288x4096 --algo wgmma --out all \
           --paired --scales "$s" --reps 20 >"$f" 2>&1
-        grep -E '^int8 ' "$f" | awk -v b="$(basename "$b")" -v p="$pass" '{printf "%s/%s %s %s %s %s %s %s\n", b, p, $2, $3, $5, $7, $9, $NF}'
+        grep -E '^int8 ' "$f" | awk -v b="$(basename "$b")" -v p="$pass" \
+          '{printf "%s/%s %s %s %s %s %s %s\n", b, p, $2, $3, $5, $7, $9, $NF}'
       done
     done
   done
@@ -197,10 +202,8 @@ epi)
   B=$3
   shift 3
   gpu_info
-  for t in test_gpu_int8 test_gpu_matmul; do
-    timeout 300 "$H/tests/$t" >"$L/$t.log" 2>&1
-    echo "$t: exit $? ($(grep -cE '^\[       OK \]' "$L/$t.log") OK, $(grep -cE '^\[  FAILED  \]' "$L/$t.log") FAILED)"
-  done
+  gpu_test "$H/tests/test_gpu_int8"
+  gpu_test "$H/tests/test_gpu_matmul"
   memcheck "$H/tests/test_gpu_int8" wgmma_and_mma_sync "$L/memcheck-int8.log"
   memcheck "$H/tests/test_gpu_int8" scales "$L/memcheck-int8-scales.log"
   memcheck "$H/tests/test_gpu_matmul" wgmma_tile_widths "$L/memcheck-matmul.log"
