@@ -53,11 +53,7 @@ struct Int8Value {
  * one multiply instead of eight instructions. The WGMMA kernels' staged store picks it per launch
  * (WgmmaS8::store_staged): a quarter of the per-element work, and a smaller epilogue for a cold
  * start to fetch (docs/performance.md, "int8 after other kernels"). */
-struct Int8ScaleValue {
-  struct Row {};
-  struct Col {};
-  static KILN_DEVICE Row row(const kiln_int8_args &, int, bool) { return {}; }
-  static KILN_DEVICE Col col(const kiln_int8_args &, int, bool) { return {}; }
+struct Int8ScaleValue : NoFactors<kiln_int8_args> {
   template <class OUT>
   static KILN_DEVICE void get(const kiln_int8_args &p, Row, Col, const OUT *, bool, int32_t a0, int32_t a1, float &v0,
                               float &v1) {

@@ -482,12 +482,18 @@ KILN_DEVICE int opaque_zero() {
   return z;
 }
 
-/* kiln_matmul's epilogue: C = alpha * acc + beta * C. */
-struct GemmValue {
+/* A Value without row or column factors (store_tile_as hoists nothing for it): its Row and Col
+ * are empty, for the epilogue arguments P. */
+template <class P>
+struct NoFactors {
   struct Row {};
   struct Col {};
-  static KILN_DEVICE Row row(const kiln_gemm_args &, int, bool) { return {}; }
-  static KILN_DEVICE Col col(const kiln_gemm_args &, int, bool) { return {}; }
+  static KILN_DEVICE Row row(const P &, int, bool) { return {}; }
+  static KILN_DEVICE Col col(const P &, int, bool) { return {}; }
+};
+
+/* kiln_matmul's epilogue: C = alpha * acc + beta * C. */
+struct GemmValue : NoFactors<kiln_gemm_args> {
   template <class OUT>
   static KILN_DEVICE void get(const kiln_gemm_args &p, Row, Col, const OUT *q, bool both, float a0, float a1, float &v0,
                               float &v1) {
@@ -501,11 +507,7 @@ struct GemmValue {
 };
 /* StridedC's values: the accumulators as they are. The fused int4 PREFILL
  * (w4_prefill_sm90.cu) stores its yᵀ tile so, the columns (rows of y) y_rs apart. */
-struct PlainValue {
-  struct Row {};
-  struct Col {};
-  static KILN_DEVICE Row row(const StridedC &, int, bool) { return {}; }
-  static KILN_DEVICE Col col(const StridedC &, int, bool) { return {}; }
+struct PlainValue : NoFactors<StridedC> {
   template <class OUT>
   static KILN_DEVICE void get(const StridedC &, Row, Col, const OUT *, bool, float a0, float a1, float &v0, float &v1) {
     v0 = a0, v1 = a1;
