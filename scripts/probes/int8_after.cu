@@ -118,22 +118,24 @@ static void kiln_int8_to(world *g, void *cp, int c_bits) {
 static void kiln_int8_f16(world *g, const char *) { kiln_int8_to(g, g->h_c, 16); }
 static void kiln_int8(world *g, const char *) { kiln_int8_to(g, g->c_kiln, 32); }
 
+/* cuBLAS's x @ W.T as the benchmarks call it: C [m, n] row-major is column-major Cᵀ = W·xᵀ.
+ * alpha and beta are 1 and 0 in the compute type's scalar (int for 32I, float for 32F). */
+static void cublas_linear(world *g, const void *w, const void *a, cudaDataType_t in, void *c, cudaDataType_t ct,
+                          cublasComputeType_t compute, const void *alpha, const void *beta) {
+  cublasStatus_t st = cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k, alpha, w, in,
+                                   (int)g->k, a, in, (int)g->k, beta, c, ct, (int)g->n, compute, CUBLAS_GEMM_DEFAULT);
+  if (st != CUBLAS_STATUS_SUCCESS) fprintf(stderr, "cublasGemmEx: %d\n", (int)st), exit(1);
+}
+
 static void cublas_int8(world *g, const char *) {
-  const int r = g->iter++ % ROT;
-  const int alpha = 1, beta = 0;
-  cublasStatus_t st = cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k, &alpha,
-                                   g->w + r * g->n * g->k, CUDA_R_8I, (int)g->k, g->a + r * g->m * g->k, CUDA_R_8I,
-                                   (int)g->k, &beta, g->c_cublas, CUDA_R_32I, (int)g->n, CUBLAS_COMPUTE_32I,
-                                   CUBLAS_GEMM_DEFAULT);
-  if (st != CUBLAS_STATUS_SUCCESS) fprintf(stderr, "cublasGemmEx int8: %d\n", (int)st), exit(1);
+  const int r = g->iter++ % ROT, alpha = 1, beta = 0;
+  cublas_linear(g, g->w + r * g->n * g->k, g->a + r * g->m * g->k, CUDA_R_8I, g->c_cublas, CUDA_R_32I,
+                CUBLAS_COMPUTE_32I, &alpha, &beta);
 }
 
 static void cublas_f16_to(world *g, void *c, cudaDataType_t ct) {
   const float alpha = 1, beta = 0;
-  cublasStatus_t st = cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k, &alpha, g->h_w,
-                                   CUDA_R_16F, (int)g->k, g->h_a, CUDA_R_16F, (int)g->k, &beta, c, ct, (int)g->n,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  if (st != CUBLAS_STATUS_SUCCESS) fprintf(stderr, "cublasGemmEx f16: %d\n", (int)st), exit(1);
+  cublas_linear(g, g->h_w, g->h_a, CUDA_R_16F, c, ct, CUBLAS_COMPUTE_32F, &alpha, &beta);
 }
 static void cublas_f16(world *g, const char *) { cublas_f16_to(g, g->h_c, CUDA_R_16F); }
 static void cublas_f16_f32(world *g, const char *) { cublas_f16_to(g, g->hc_c, CUDA_R_32F); }
