@@ -1,8 +1,9 @@
 #!/bin/sh
 # kiln-bench on the fake driver and the fake cuBLAS (tests/fake: KILN_LIBCUDA and
 # KILN_BENCH_CUBLAS set by CTest), so that the benchmarks' code (matmul and int8 with the paired
-# timing, int8 with scale vectors, attention without a peer) runs in CI before it runs on a GPU. (Not the W·A16 commands: they first time a 512 MiB copy, which
-# the fake makes in host memory.) Nothing is computed there, so kiln's results fail their checks
+# timing, int8 with scale vectors, attention without a peer, int4 and qkv paired at one shape each:
+# ~20 s apiece, as they first time a 512 MiB copy, which the fake makes in host memory) runs in CI
+# before it runs on a GPU. Nothing is computed there, so kiln's results fail their checks
 # (exit 1) and the times mean nothing; what must hold: every measurement reaches its report
 # (no crash, exit 0 or 1), --paired rows say how many rounds they paired, and the JSON parses
 # with those rounds in it.
@@ -22,6 +23,8 @@ run() { # run NAME ARGS...: the tool's exit must be 0 or 1 (failed checks), not 
 run matmul matmul --shape 128x96x64 --dtype all --algo all --paired --reps 4
 run int8 int8 --shape 128x96x64 --algo all --paired --reps 4
 run int8s int8 --shape 128x96x64 --algo all --scales both --reps 2
+run int4 int4 --shape 4096x4096 --m 1024 --algo prefill --paired --reps 2
+run qkv qkv --m 16 --only int4 --paired --reps 2
 run attention attention --seq 2048 --head-dim 64 --dtype f16 --causal 1 --algo all --reps 2
 run attention256 attention --seq 1024 --head-dim 256 --dtype bf16 --causal 0 --algo all --reps 2
 grep -q "^peer: cuBLAS 13.0.0" "$tmp/matmul.txt" || fail "the fake cuBLAS was not loaded"
@@ -31,6 +34,10 @@ rows=$(grep -c "paired: 4 rounds" "$tmp/int8.txt")
 [ "$rows" -eq 2 ] || fail "int8: $rows paired rows, expected 2 (MMA_SYNC, WGMMA)"
 rows=$(grep -c "i8->f32+rows+cols" "$tmp/int8s.txt")
 [ "$rows" -eq 2 ] || fail "int8 --scales both: $rows rows, expected 2 (MMA_SYNC, WGMMA)"
+rows=$(grep -c "paired: 2 rounds" "$tmp/int4.txt")
+[ "$rows" -eq 1 ] || fail "int4: $rows paired rows, expected 1"
+rows=$(grep -c "paired: 2 rounds" "$tmp/qkv.txt")
+[ "$rows" -eq 6 ] || fail "qkv: $rows paired rows, expected 6 (3 shapes x against cuBLAS, against 3 calls)"
 rows=$(grep -c "^attention" "$tmp/attention.txt")
 [ "$rows" -eq 6 ] || fail "attention: $rows rows, expected 6 (forward, forward + backward x 3 algos)"
 rows=$(grep -c "^attention" "$tmp/attention256.txt")
@@ -44,4 +51,4 @@ for path in sys.argv[1:]:
     assert rows and all(r["paired_rounds"] == 4 for r in rows), path
 PY
 fi
-echo "check_bench: kiln-bench matmul and int8 --paired, int8 --scales both, and attention, ran every measurement to its report; attention refused --paired"
+echo "check_bench: kiln-bench matmul, int8, int4 and qkv --paired, int8 --scales both, and attention, ran every measurement to its report; attention refused --paired"

@@ -721,6 +721,18 @@ void bench_table_header(bench_unit unit) {
   fflush(stdout);
 }
 
+int bench_row_paired(bench_env *env, bench_row *row, bench_fn kiln_fn, bench_fn peer_fn, void *user,
+                     const kiln_status *st, const cublasStatus_t *cst) {
+  if (!bench_time_paired(env, env->stream, kiln_fn, user, peer_fn, user, bench_default_reps(env), &row->kiln,
+                         &row->peer_t, &row->pair))
+    return 0;
+  if (*st == KILN_OK && *cst == BENCH_CUBLAS_STATUS_SUCCESS) return -1; /* a driver error */
+  snprintf(row->note, sizeof row->note, "error: %s",
+           *st != KILN_OK ? kiln_last_error() : bench_cublas_status_name(*cst));
+  env->failures++;
+  return 0;
+}
+
 void bench_report(bench_env *env, const bench_row *r) {
   char b[6][32];
   char err[32];

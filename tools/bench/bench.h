@@ -266,5 +266,10 @@ double bench_rate(const bench_row *r, double us);
 void bench_table_header(bench_unit unit);
 /* Prints the row and keeps it for the JSON. Rows with check_failed count as failures. */
 void bench_report(bench_env *env, const bench_row *r);
+/* --paired into a row: bench_time_paired of kiln_fn and peer_fn (both called with `user`, whose
+ * last statuses *st and *cst they leave) over the default reps. A kiln or cuBLAS error is noted
+ * in the row and counted; returns -1 only after a driver error (printed), else 0. */
+int bench_row_paired(bench_env *env, bench_row *row, bench_fn kiln_fn, bench_fn peer_fn, void *user,
+                     const kiln_status *st, const cublasStatus_t *cst);
 
 #endif /* KILN_BENCH_H */

@@ -139,16 +139,7 @@ static int run_m(bench_env *env, const bench_cublas *cb, w4_weights *w, int64_t 
                  decode ? wbytes : 2.0 * (double)M * (double)N * (double)K);
   if (cb->lib) snprintf(row.peer, sizeof row.peer, "cublas %.20s", cb->version[0] ? cb->version : "f16");
   if (cb->lib && env->opts.paired) { /* --paired: kiln and cuBLAS in alternating batches */
-    if (bench_time_paired(env, env->stream, kiln_fn, &c, peer_fn, &c, bench_default_reps(env), &row.kiln,
-                          &row.peer_t, &row.pair)) {
-      if (c.st == KILN_OK && c.cst == BENCH_CUBLAS_STATUS_SUCCESS) {
-        rc = -1;
-        goto done;
-      }
-      snprintf(row.note, sizeof row.note, "error: %s",
-               c.st != KILN_OK ? kiln_last_error() : bench_cublas_status_name(c.cst));
-      env->failures++;
-    }
+    if ((rc = bench_row_paired(env, &row, kiln_fn, peer_fn, &c, &c.st, &c.cst))) goto done;
   } else if (bench_time(env, env->stream, kiln_fn, &c, bench_default_reps(env), &row.kiln)) {
     if (c.st == KILN_OK) {
       rc = -1;

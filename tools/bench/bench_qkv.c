@@ -170,13 +170,7 @@ static int measure(bench_env *env, qkv_call *c, const char *op, const char *algo
   if (pfn && env->opts.paired) { /* --paired: kiln and the peer in alternating batches */
     snprintf(row.peer, sizeof row.peer, "%s", peer_name);
     c->st = KILN_OK, c->cst = BENCH_CUBLAS_STATUS_SUCCESS;
-    if (bench_time_paired(env, env->stream, fn, c, pfn, c, bench_default_reps(env), &row.kiln, &row.peer_t,
-                          &row.pair)) {
-      if (c->st == KILN_OK && c->cst == BENCH_CUBLAS_STATUS_SUCCESS) return -1;
-      snprintf(row.note, sizeof row.note, "error: %s",
-               c->st != KILN_OK ? kiln_last_error() : bench_cublas_status_name(c->cst));
-      env->failures++;
-    }
+    if (bench_row_paired(env, &row, fn, pfn, c, &c->st, &c->cst)) return -1;
   } else if (bench_time(env, env->stream, fn, c, bench_default_reps(env), &row.kiln)) {
     if (c->st == KILN_OK) return -1;
     snprintf(row.note, sizeof row.note, "error: %s", kiln_last_error());
