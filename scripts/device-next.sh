@@ -11,6 +11,8 @@
 #
 #   land HEAD BASE   every GPU test but the soak, memcheck of stream-K and the int4 PREFILL, and
 #                    stream-K's paired ratio at two split shapes beside BASE (about 5 minutes)
+#   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
+#                    CP_ASYNC and MMA_SYNC f16 kernels at 4096^3, and kiln-bench --algo all (2 min)
 #   lean HEAD BASE OTHERS...  issue 5: int8 with scale vectors (rungs lean, e9, e10): HEAD's int8
 #                    and matmul tests, memcheck of the int8 scale and K-bound tests, paired int8
 #                    with --scales none / rows / both, BASE, OTHERS and HEAD interleaved twice
@@ -168,6 +170,21 @@ prefill)
       grep -E '^qkv_' "$f" | sed "s|^|qkv ${mode2:-unpaired}: |"
     done
   done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+cpaprof)
+  # issue 3: where the sm_80 kernels' cycles go on Hopper. Nsight Compute (warp states, the
+  # instruction mix, stall samples per SASS line) on CP_ASYNC and MMA_SYNC f16 at 4096^3, one
+  # launch each, beside kiln-bench's same-run ratio. About 2 minutes.
+  H=$2
+  gpu_info
+  timeout 60 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo all --dtype all --reps 20 >"$L/bench.txt" 2>&1
+  grep -E '^matmul ' "$L/bench.txt"
+  OUT=$L NCU_SASS=1 NCU_TIMEOUT=150 NCU_GREP="Duration|Issued|Eligible|Active Warps|Stall|Throughput|Registers" \
+    NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SourceCounters --section InstructionStats --section LaunchStats --section Occupancy" \
+    bash -c '. scripts/ncu-lib.sh; B=$0; WANT=""
+      ncu_prof cpasync kiln_gemm_cpasync_f16 1 1 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo cp_async --reps 2
+      ncu_prof mmasync kiln_gemm_mma_f16 1 1 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 2' "$H"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 lean)
