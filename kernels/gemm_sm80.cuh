@@ -78,6 +78,33 @@ KILN_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::)
 template <int N>
 KILN_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+/* mbarriers of the CP_ASYNC ring (KILN_GEMM_CPA_MBAR, sm_80 PTX): `full` completes when every
+ * thread's copies of a slice have landed (each thread arrives through its own cp.async, noinc),
+ * `empty` when every thread has finished reading the slice. */
+KILN_DEVICE void ring_init(uint64_t *bar, int count) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+KILN_DEVICE void ring_arrive(uint64_t *bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_u32(bar)) : "memory");
+}
+/* Arrives on bar once all of this thread's earlier cp.async copies have completed. */
+KILN_DEVICE void ring_arrive_on_copies(uint64_t *bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+KILN_DEVICE void ring_wait(uint64_t *bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\n"
+#if __CUDA_ARCH__ >= 900
+      "mbarrier.try_wait.parity.shared.b64 done, [%0], %1;\n"
+#else
+      "mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n"
+#endif
+      "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+KILN_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 /* ---------------------------------------------------------------------------------------- */
 /* Tile loader: a [ROWS][COLS] window of a matrix whose COLS dimension is contiguous in global */
 /* memory, copied into shared memory rows of pitch COLS + 16 bytes (KILN_GEMM_PAD elements of */
@@ -639,6 +666,14 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
   tile_coords(p.m, p.n, group_m, blockIdx.x, BM, BN, tm, tn);
   const int m0 = tm * BM, n0 = tn * BN;
   const int nk = (p.k + BK - 1) / BK;
+  constexpr bool RING = FEED == Feed::CpAsync && KILN_GEMM_CPA_MBAR;
+  __shared__ uint64_t ring[RING ? 2 * STAGES : 1]; /* full[STAGES], then empty[STAGES] */
+  uint32_t slices = 0;                             /* slices this block has consumed so far */
+  if constexpr (RING) {
+    if (tid == 0)
+      for (int i = 0; i < 2 * STAGES; i++) ring_init(&ring[i], GEMM_THREADS);
+    __syncthreads();
+  }
 
   for (int batch = blockIdx.z; batch < p.batch; batch += gridDim.z) {
     const T *A = (const T *)p.a + batch * p.a_bs;
@@ -655,7 +690,41 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
 
     Ops op(p, m0, n0);
 
-    if constexpr (FEED == Feed::CpAsync) {
+    if constexpr (FEED == Feed::CpAsync && KILN_GEMM_CPA_MBAR) {
+      /* The ring through mbarriers: no block-wide barrier per slice. A warp waits only for the
+       * slice it reads (`full`) and, before refilling a stage, for every thread to have read the
+       * stage's previous slice (`empty`), so warps drift up to a slice apart and their ldmatrix
+       * bursts and barrier waits no longer line up at every slice. Slice g of the block (counted
+       * across batches) uses stage g % STAGES, parity g / STAGES % 2. A stage is refilled after
+       * the warp's MMAs of the current slice are issued: STAGES-2 slices in flight during them. */
+      auto refill = [&](uint32_t g, int kt) {
+        const int st = g % STAGES;
+        if (g >= STAGES) ring_wait(&ring[STAGES + st], (g / STAGES - 1) & 1);
+        op.slice(A, B, p, m0, n0, kt * BK);
+        op.copy_async(sa + st * A_ELEMS, sb + st * B_ELEMS, tid);
+        if (op.a.has_partial_chunks() || op.b.has_partial_chunks()) { /* rare: edge chunks, see async_copy */
+          cp_async_wait_all();
+          if (op.a.has_partial_chunks()) op.a.patch_edge(sa + st * A_ELEMS, tid);
+          if (op.b.has_partial_chunks()) op.b.patch_edge(sb + st * B_ELEMS, tid);
+          ring_arrive(&ring[st]);
+        } else {
+          ring_arrive_on_copies(&ring[st]);
+        }
+      };
+#pragma unroll 1
+      for (int s = 0; s < STAGES - 1 && s < nk; s++) refill(slices + s, s);
+#pragma unroll 1
+      for (int kt = 0; kt < nk; kt++) {
+        const uint32_t g = slices + kt;
+        const int st = g % STAGES;
+        ring_wait(&ring[st], (g / STAGES) & 1);
+        warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + st * A_ELEMS, sb + st * B_ELEMS, wm0,
+                                                                      wn0, lane);
+        ring_arrive(&ring[STAGES + st]);
+        if (kt + STAGES - 1 < nk) refill(g + STAGES - 1, kt + STAGES - 1);
+      }
+      slices += nk;
+    } else if constexpr (FEED == Feed::CpAsync) {
       /* Prologue: STAGES-1 slices in flight. A group is committed every step, even an empty one,
        * so that wait_group<STAGES-2> always means "slice kt has landed". */
 #pragma unroll

@@ -89,6 +89,9 @@ typedef struct kiln_gemm_args {
 #ifndef KILN_GEMM_CPA_STAGES
 #define KILN_GEMM_CPA_STAGES 3
 #endif
+#ifndef KILN_GEMM_CPA_MBAR /* rung v10 (scripts/gemm-ladder.sh): the cp.async ring through mbarriers */
+#define KILN_GEMM_CPA_MBAR 0
+#endif
 #ifndef KILN_GEMM_CPA_BLOCKS_PER_SM
 #define KILN_GEMM_CPA_BLOCKS_PER_SM 1
 #endif

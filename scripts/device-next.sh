@@ -11,6 +11,9 @@
 #
 #   land HEAD BASE   every GPU test but the soak, memcheck of stream-K and the int4 PREFILL, and
 #                    stream-K's paired ratio at two split shapes beside BASE (about 5 minutes)
+#   v10 HEAD BASE OTHERS...  issue 3: rung v10 (CP_ASYNC's ring through mbarriers): HEAD's matmul
+#                    and int8 tests, sanitizers of the cp_async tests, kiln-bench cp_async beside
+#                    BASE and OTHERS, interleaved twice (about 5 minutes)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
 #                    CP_ASYNC and MMA_SYNC f16 kernels at 4096^3, and kiln-bench --algo all (2 min)
 #   lean HEAD BASE OTHERS...  issue 5: int8 with scale vectors (rungs lean, e9, e10): HEAD's int8
@@ -168,6 +171,38 @@ prefill)
       f="$L/qkv-$m${mode2}.txt"
       timeout 150 "$H/tools/kiln-bench" qkv --m $m $mode2 >"$f" 2>&1
       grep -E '^qkv_' "$f" | sed "s|^|qkv ${mode2:-unpaired}: |"
+    done
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+v10)
+  # issue 3 / rung v10 (KILN_GEMM_CPA_MBAR=1, scripts/gemm-ladder.sh): HEAD (a build with tests
+  # and the macro) its matmul and int8 tests (the sm_80 int8 CP_ASYNC kernels share the ring),
+  # memcheck of the layout, ragged and batched tests, racecheck and synccheck of the
+  # layout test (K = 77: the edge-chunk path), then kiln-bench matmul --algo cp_async
+  # at 4096^3 and 8192^3, BASE (main), HEAD and OTHERS (e.g. the 4-stage rung) interleaved twice.
+  # About 5 minutes.
+  H=$2
+  B=$3
+  shift 3
+  gpu_info
+  gpu_test "$H/tests/test_gpu_matmul"
+  gpu_test "$H/tests/test_gpu_int8"
+  memcheck "$H/tests/test_gpu_matmul" layouts_algos_dtypes "$L/memcheck-layouts.log"
+  memcheck "$H/tests/test_gpu_matmul" ragged_shapes "$L/memcheck-ragged.log"
+  memcheck "$H/tests/test_gpu_matmul" batched "$L/memcheck-batched.log"
+  memcheck "$H/tests/test_gpu_int8" ragged_shapes "$L/memcheck-int8-ragged.log"
+  for tool in racecheck synccheck; do
+    KILN_TEST_SANITIZER=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$H/tests/test_gpu_matmul" --filter layouts_algos_dtypes >"$L/$tool.log" 2>&1
+    echo "$tool layouts_algos_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/$tool.log"))"
+  done
+  for pass in 1 2; do
+    for b in "$B" "$H" "$@"; do
+      f="$L/cpa-$(basename "$b")-$pass.txt"
+      timeout 90 "$b/tools/kiln-bench" matmul --shape 4096x4096x4096 --shape 8192x8192x8192 --algo cp_async \
+        --dtype all --reps 20 >"$f" 2>&1
+      grep -E '^matmul ' "$f" | sed "s|^|$(basename "$b")/$pass |"
     done
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"

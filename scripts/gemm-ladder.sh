@@ -98,3 +98,15 @@ ladder_step gemm c-s3 "KILN_GEMM_WG_STAGES_256=3"
 # the working tree as they were written; e8 landed as c7effd0 (e4's clamped column factors,
 # e5's Int8ScaleValue, st.shared by the compiler), so main is the last rung. Measured with
 # scripts/device-next.sh epi (docs/performance.md).
+# v10 (2026-12-06, twenty-second session): CP_ASYNC's ring through mbarriers (KILN_GEMM_CPA_MBAR=1):
+# each warp waits only for the slice it reads (`full`, completed by every thread's cp.async
+# through cp.async.mbarrier.arrive.noinc) and, before refilling a stage, for every thread to
+# have read it (`empty`); no __syncthreads per slice. Reading behind it: per 128x256x64 slice a
+# scheduler's two warps need ~2048 cycles of HMMA.16816 at mma.sync's rate (8 cycles each,
+# ~495 TFLOP/s on 132 SMs), against ~3300 measured (300 TFLOP/s); with a block barrier every
+# slice all 8 warps issue their first ldmatrix together (32 KB of shared reads, ~256 cycles of
+# bank bandwidth) after waiting for the slowest. Predicted: +5-10 % at 4096^3 if the lock-step
+# is the loss. v10-s4: the same with 4 stages (sm_90's 216 KB), two slices in flight during
+# the MMAs as on main's 3-stage ring (the mbarrier ring refills after the slice's MMAs).
+ladder_step gemm v10-cpa-mbar "KILN_GEMM_CPA_MBAR=1"
+ladder_step gemm v10-cpa-mbar-s4 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_CPA_STAGES=4"
