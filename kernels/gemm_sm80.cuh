@@ -78,9 +78,9 @@ KILN_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::)
 template <int N>
 KILN_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-/* mbarriers of the CP_ASYNC ring (KILN_GEMM_CPA_MBAR, sm_80 PTX): `full` completes when every
- * thread's copies of a slice have landed (each thread arrives through its own cp.async, noinc),
- * `empty` when every thread has finished reading the slice. */
+/* mbarriers of the sm_80 GEMMs' ring (KILN_GEMM_CPA_MBAR, KILN_GEMM_MMA_RING; sm_80 PTX): `full`
+ * completes when every thread's part of a slice has landed (with cp.async each thread arrives
+ * through its own copies, noinc), `empty` when every thread has finished reading the slice. */
 KILN_DEVICE void ring_init(uint64_t *bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
 }
@@ -666,7 +666,7 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
   tile_coords(p.m, p.n, group_m, blockIdx.x, BM, BN, tm, tn);
   const int m0 = tm * BM, n0 = tn * BN;
   const int nk = (p.k + BK - 1) / BK;
-  constexpr bool RING = FEED == Feed::CpAsync && KILN_GEMM_CPA_MBAR;
+  constexpr bool RING = FEED == Feed::CpAsync ? KILN_GEMM_CPA_MBAR : KILN_GEMM_MMA_RING;
   __shared__ uint64_t ring[RING ? 2 * STAGES : 1]; /* full[STAGES], then empty[STAGES] */
   uint32_t slices = 0;                             /* slices this block has consumed so far */
   if constexpr (RING) {
@@ -690,7 +690,45 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
 
     Ops op(p, m0, n0);
 
-    if constexpr (FEED == Feed::CpAsync && KILN_GEMM_CPA_MBAR) {
+    if constexpr (FEED != Feed::CpAsync && RING) {
+      /* The register-staged feed on the same mbarrier ring (KILN_GEMM_MMA_RING): slice kt+STAGES-1
+       * is loaded into registers before slice kt's MMAs and stored into its stage after them, once
+       * every thread has read the stage's previous slice; each thread then arrives on `full`. */
+      constexpr bool VEC = FEED == Feed::RegisterStaged;
+      typename Ops::LA::Regs ra;
+      typename Ops::LB::Regs rb;
+      auto fill = [&](uint32_t g) {
+        const int st = g % STAGES;
+        if (g >= STAGES) ring_wait(&ring[STAGES + st], (g / STAGES - 1) & 1);
+        op.a.store(sa + st * A_ELEMS, ra, tid);
+        op.b.store(sb + st * B_ELEMS, rb, tid);
+        ring_arrive(&ring[st]);
+      };
+#pragma unroll 1
+      for (int s = 0; s < STAGES - 1 && s < nk; s++) {
+        op.slice(A, B, p, m0, n0, s * BK);
+        op.a.template load<VEC>(ra, tid);
+        op.b.template load<VEC>(rb, tid);
+        fill(slices + s);
+      }
+#pragma unroll 1
+      for (int kt = 0; kt < nk; kt++) {
+        const uint32_t g = slices + kt;
+        const int st = g % STAGES;
+        const bool more = kt + STAGES - 1 < nk;
+        if (more) { /* issue the loads; they complete while the MMAs below run */
+          op.slice(A, B, p, m0, n0, (kt + STAGES - 1) * BK);
+          op.a.template load<VEC>(ra, tid);
+          op.b.template load<VEC>(rb, tid);
+        }
+        ring_wait(&ring[st], (g / STAGES) & 1);
+        warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + st * A_ELEMS, sb + st * B_ELEMS, wm0,
+                                                                      wn0, lane);
+        ring_arrive(&ring[STAGES + st]);
+        if (more) fill(g + STAGES - 1);
+      }
+      slices += nk;
+    } else if constexpr (FEED == Feed::CpAsync && RING) {
       /* The ring through mbarriers: no block-wide barrier per slice. A warp waits only for the
        * slice it reads (`full`) and, before refilling a stage, for every thread to have read the
        * stage's previous slice (`empty`), so warps drift up to a slice apart and their ldmatrix

@@ -89,6 +89,9 @@ typedef struct kiln_gemm_args {
 #ifndef KILN_GEMM_CPA_STAGES
 #define KILN_GEMM_CPA_STAGES 3
 #endif
+#ifndef KILN_GEMM_MMA_RING /* rung v11 (scripts/gemm-ladder.sh): MMA_SYNC's stages through mbarriers */
+#define KILN_GEMM_MMA_RING 0
+#endif
 #ifndef KILN_GEMM_CPA_MBAR /* rung v10 (scripts/gemm-ladder.sh): the cp.async ring through mbarriers */
 #define KILN_GEMM_CPA_MBAR 0
 #endif

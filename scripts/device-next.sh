@@ -176,10 +176,10 @@ prefill)
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 v10)
-  # issue 3 / rung v10 (KILN_GEMM_CPA_MBAR=1, scripts/gemm-ladder.sh): HEAD (a build with tests
-  # and the macro) its matmul and int8 tests (the sm_80 int8 CP_ASYNC kernels share the ring),
+  # issue 3 / rungs v10 and v11 (KILN_GEMM_CPA_MBAR=1, KILN_GEMM_MMA_RING=1, scripts/gemm-ladder.sh):
+  # HEAD (a build with tests and both) its matmul and int8 tests (the sm_80 int8 kernels share the ring),
   # memcheck of the layout, ragged and batched tests, racecheck and synccheck of the
-  # layout test (K = 77: the edge-chunk path), then kiln-bench matmul --algo cp_async
+  # layout test (K = 77: the edge-chunk path), then kiln-bench matmul --algo all
   # at 4096^3 and 8192^3, BASE (main), HEAD and OTHERS (e.g. the 4-stage rung) interleaved twice.
   # About 5 minutes.
   H=$2
@@ -200,7 +200,7 @@ v10)
   for pass in 1 2; do
     for b in "$B" "$H" "$@"; do
       f="$L/cpa-$(basename "$b")-$pass.txt"
-      timeout 90 "$b/tools/kiln-bench" matmul --shape 4096x4096x4096 --shape 8192x8192x8192 --algo cp_async \
+      timeout 90 "$b/tools/kiln-bench" matmul --shape 4096x4096x4096 --shape 8192x8192x8192 --algo all \
         --dtype all --reps 20 >"$f" 2>&1
       grep -E '^matmul ' "$f" | sed "s|^|$(basename "$b")/$pass |"
     done

@@ -110,3 +110,11 @@ ladder_step gemm c-s3 "KILN_GEMM_WG_STAGES_256=3"
 # the MMAs as on main's 3-stage ring (the mbarrier ring refills after the slice's MMAs).
 ladder_step gemm v10-cpa-mbar "KILN_GEMM_CPA_MBAR=1"
 ladder_step gemm v10-cpa-mbar-s4 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_CPA_STAGES=4"
+# v10-bk32-s6: the mbarrier ring with BK 32 and 6 stages (157 KB, fits sm_80): finer slices,
+# four in flight during a slice's MMAs; per-slice waits are cheap once no block barrier is left.
+ladder_step gemm v10-cpa-mbar-bk32-s6 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_CPA_BK=32;KILN_GEMM_CPA_STAGES=6"
+# v11: MMA_SYNC's register-staged feed on the same mbarrier ring (KILN_GEMM_MMA_RING=1) with 4
+# stages of BK 32 (106 KB): slice kt+3 loaded into registers before slice kt's MMAs, stored
+# after them once every thread has read its stage. Same reading and prediction as v10; measured
+# from the tests build of scripts/device-next.sh v10 (HEAD: v10 + v11).
+ladder_step gemm v11-mma-ring-s4 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_MMA_RING=1;KILN_GEMM_MMA_STAGES=4"
