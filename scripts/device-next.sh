@@ -107,6 +107,14 @@ probe_passes() { # probe_passes ROUNDS SEQS BUILD...: scripts/probes/int8_after.
     done
   done
 }
+bench_run() { # bench_run TAG BUILD PATTERN ARGS...: BUILD's kiln-bench ARGS into $L/TAG-BUILD.txt; its rows
+  # matching PATTERN, each prefixed BUILD/TAG (timeout $BENCH_TIMEOUT s, default 150)
+  local tag=$1 b=$2 pat=$3 f
+  shift 3
+  f="$L/$tag-$(basename "$b").txt"
+  timeout "${BENCH_TIMEOUT:-150}" "$b/tools/kiln-bench" "$@" >"$f" 2>&1
+  grep -E "$pat" "$f" | sed "s|^|$(basename "$b")/$tag |"
+}
 stream_k_checks() { # stream_k_checks BUILD: test_gpu_matmul's wgmma_stream_k, then memcheck of it
   timeout 120 "$1/tests/test_gpu_matmul" --filter wgmma_stream_k >"$L/stream-k.log" 2>&1
   echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
@@ -147,9 +155,7 @@ bwdpdl)
   echo "bench_sdpa: exit $?"
   for pass in 1 2; do
     for b in "$B" "$H"; do
-      f="$L/attn-$(basename "$b")-$pass.txt"
-      timeout 150 "$b/tools/kiln-bench" attention --quick --dtype all --peer "$L/sdpa.txt" >"$f" 2>&1
-      grep -E '^attention' "$f" | sed "s|^|$(basename "$b")/$pass |"
+      bench_run "attn-$pass" "$b" '^attention' attention --quick --dtype all --peer "$L/sdpa.txt"
     done
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
@@ -186,9 +192,8 @@ v10q)
   n=0
   for b in "$B" "$H" "$@" "$B" "$H"; do
     n=$((n + 1))
-    f="$L/bench-$n-$(basename "$b").txt"
-    timeout 40 "$b/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo all --dtype all --reps 20 >"$f" 2>&1
-    grep -E '^matmul ' "$f" | grep -vE ' (auto|wgmma) ' | sed "s|^|$(basename "$b")/$n |"
+    BENCH_TIMEOUT=40 bench_run "sm80-$n" "$b" '^matmul .*(mma_sync|cp_async)' matmul --shape 4096x4096x4096 \
+      --algo all --dtype all --reps 20
   done
   for f in layouts_algos_dtypes ragged_shapes batched; do
     timeout 100 "$H/tests/test_gpu_matmul" --filter $f >"$L/matmul-$f.log" 2>&1
@@ -226,10 +231,8 @@ v10)
   done
   for pass in 1 2; do
     for b in "$B" "$H" "$@"; do
-      f="$L/cpa-$(basename "$b")-$pass.txt"
-      timeout 90 "$b/tools/kiln-bench" matmul --shape 4096x4096x4096 --shape 8192x8192x8192 --algo all \
-        --dtype all --reps 20 >"$f" 2>&1
-      grep -E '^matmul ' "$f" | sed "s|^|$(basename "$b")/$pass |"
+      BENCH_TIMEOUT=90 bench_run "sm80-$pass" "$b" '^matmul ' matmul --shape 4096x4096x4096 --shape 8192x8192x8192 \
+        --algo all --dtype all --reps 20
     done
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
