@@ -690,76 +690,59 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
 
     Ops op(p, m0, n0);
 
-    if constexpr (FEED != Feed::CpAsync && RING) {
-      /* The register-staged feed on the same mbarrier ring (KILN_GEMM_MMA_RING): slice kt+STAGES-1
-       * is loaded into registers before slice kt's MMAs and stored into its stage after them, once
-       * every thread has read the stage's previous slice; each thread then arrives on `full`. */
+    if constexpr (RING) {
+      /* The ring through mbarriers (KILN_GEMM_CPA_MBAR, KILN_GEMM_MMA_RING): no block-wide barrier
+       * per slice. A warp waits only for the slice it reads (`full`) and, before refilling a stage,
+       * for every thread to have read the stage's previous slice (`empty`), so warps drift up to a
+       * slice apart and their ldmatrix bursts and barrier waits no longer line up at every slice.
+       * Slice g of the block (counted across batches) uses stage g % STAGES, parity g / STAGES % 2.
+       * Slice kt+STAGES-1 is fetched before slice kt's MMAs (register-staged feeds: loaded into
+       * registers) and put into its stage after them (cp.async: copied; registers: stored). */
       constexpr bool VEC = FEED == Feed::RegisterStaged;
       typename Ops::LA::Regs ra;
       typename Ops::LB::Regs rb;
-      auto fill = [&](uint32_t g) {
+      auto fetch = [&](int kt) {
+        if constexpr (FEED != Feed::CpAsync) {
+          op.slice(A, B, p, m0, n0, kt * BK);
+          op.a.template load<VEC>(ra, tid);
+          op.b.template load<VEC>(rb, tid);
+        }
+      };
+      auto put = [&](uint32_t g, int kt) {
         const int st = g % STAGES;
         if (g >= STAGES) ring_wait(&ring[STAGES + st], (g / STAGES - 1) & 1);
-        op.a.store(sa + st * A_ELEMS, ra, tid);
-        op.b.store(sb + st * B_ELEMS, rb, tid);
+        if constexpr (FEED == Feed::CpAsync) {
+          op.slice(A, B, p, m0, n0, kt * BK);
+          op.copy_async(sa + st * A_ELEMS, sb + st * B_ELEMS, tid);
+          if (!op.a.has_partial_chunks() && !op.b.has_partial_chunks()) {
+            ring_arrive_on_copies(&ring[st]);
+            return;
+          }
+          cp_async_wait_all(); /* rare: chunks cut by an edge, see TileLoader::async_copy */
+          if (op.a.has_partial_chunks()) op.a.patch_edge(sa + st * A_ELEMS, tid);
+          if (op.b.has_partial_chunks()) op.b.patch_edge(sb + st * B_ELEMS, tid);
+        } else {
+          op.a.store(sa + st * A_ELEMS, ra, tid);
+          op.b.store(sb + st * B_ELEMS, rb, tid);
+        }
         ring_arrive(&ring[st]);
       };
 #pragma unroll 1
       for (int s = 0; s < STAGES - 1 && s < nk; s++) {
-        op.slice(A, B, p, m0, n0, s * BK);
-        op.a.template load<VEC>(ra, tid);
-        op.b.template load<VEC>(rb, tid);
-        fill(slices + s);
+        fetch(s);
+        put(slices + s, s);
       }
 #pragma unroll 1
       for (int kt = 0; kt < nk; kt++) {
         const uint32_t g = slices + kt;
         const int st = g % STAGES;
         const bool more = kt + STAGES - 1 < nk;
-        if (more) { /* issue the loads; they complete while the MMAs below run */
-          op.slice(A, B, p, m0, n0, (kt + STAGES - 1) * BK);
-          op.a.template load<VEC>(ra, tid);
-          op.b.template load<VEC>(rb, tid);
-        }
+        if (more) fetch(kt + STAGES - 1); /* register loads complete while the MMAs below run */
         ring_wait(&ring[st], (g / STAGES) & 1);
         warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + st * A_ELEMS, sb + st * B_ELEMS, wm0,
                                                                       wn0, lane);
         ring_arrive(&ring[STAGES + st]);
-        if (more) fill(g + STAGES - 1);
-      }
-      slices += nk;
-    } else if constexpr (FEED == Feed::CpAsync && RING) {
-      /* The ring through mbarriers: no block-wide barrier per slice. A warp waits only for the
-       * slice it reads (`full`) and, before refilling a stage, for every thread to have read the
-       * stage's previous slice (`empty`), so warps drift up to a slice apart and their ldmatrix
-       * bursts and barrier waits no longer line up at every slice. Slice g of the block (counted
-       * across batches) uses stage g % STAGES, parity g / STAGES % 2. A stage is refilled after
-       * the warp's MMAs of the current slice are issued: STAGES-2 slices in flight during them. */
-      auto refill = [&](uint32_t g, int kt) {
-        const int st = g % STAGES;
-        if (g >= STAGES) ring_wait(&ring[STAGES + st], (g / STAGES - 1) & 1);
-        op.slice(A, B, p, m0, n0, kt * BK);
-        op.copy_async(sa + st * A_ELEMS, sb + st * B_ELEMS, tid);
-        if (op.a.has_partial_chunks() || op.b.has_partial_chunks()) { /* rare: edge chunks, see async_copy */
-          cp_async_wait_all();
-          if (op.a.has_partial_chunks()) op.a.patch_edge(sa + st * A_ELEMS, tid);
-          if (op.b.has_partial_chunks()) op.b.patch_edge(sb + st * B_ELEMS, tid);
-          ring_arrive(&ring[st]);
-        } else {
-          ring_arrive_on_copies(&ring[st]);
-        }
-      };
-#pragma unroll 1
-      for (int s = 0; s < STAGES - 1 && s < nk; s++) refill(slices + s, s);
-#pragma unroll 1
-      for (int kt = 0; kt < nk; kt++) {
-        const uint32_t g = slices + kt;
-        const int st = g % STAGES;
-        ring_wait(&ring[st], (g / STAGES) & 1);
-        warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + st * A_ELEMS, sb + st * B_ELEMS, wm0,
-                                                                      wn0, lane);
-        ring_arrive(&ring[STAGES + st]);
-        if (kt + STAGES - 1 < nk) refill(g + STAGES - 1, kt + STAGES - 1);
+        if (more) put(g + STAGES - 1, kt + STAGES - 1);
       }
       slices += nk;
     } else if constexpr (FEED == Feed::CpAsync) {
