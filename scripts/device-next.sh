@@ -81,6 +81,11 @@ memcheck() { # memcheck PROGRAM FILTER LOG
   rc=$?
   echo "memcheck $(basename "$1") --filter '$2': exit $rc ($(grep -m1 -E 'ERROR SUMMARY' "$3"))"
 }
+memchecks() { # memchecks PROGRAM FILTER...: memcheck of each FILTER's tests into $L/memcheck-PROGRAM-FILTER.log
+  local prog=$1 f
+  shift
+  for f in "$@"; do memcheck "$prog" "$f" "$L/memcheck-$(basename "$prog")-${f//[^A-Za-z0-9_]/}.log"; done
+}
 gpu_test() { # gpu_test PROGRAM [ARGS...]: one test program into $L/NAME.log, its exit, time and tally
   local log s
   log="$L/$(basename "$1").log"
@@ -220,10 +225,8 @@ v10)
   gpu_info
   gpu_test "$H/tests/test_gpu_matmul"
   gpu_test "$H/tests/test_gpu_int8"
-  memcheck "$H/tests/test_gpu_matmul" layouts_algos_dtypes "$L/memcheck-layouts.log"
-  memcheck "$H/tests/test_gpu_matmul" ragged_shapes "$L/memcheck-ragged.log"
-  memcheck "$H/tests/test_gpu_matmul" batched "$L/memcheck-batched.log"
-  memcheck "$H/tests/test_gpu_int8" ragged_shapes "$L/memcheck-int8-ragged.log"
+  memchecks "$H/tests/test_gpu_matmul" layouts_algos_dtypes ragged_shapes batched
+  memchecks "$H/tests/test_gpu_int8" ragged_shapes
   for tool in racecheck synccheck; do
     KILN_TEST_SANITIZER=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
       "$H/tests/test_gpu_matmul" --filter layouts_algos_dtypes >"$L/$tool.log" 2>&1
@@ -259,9 +262,7 @@ lean)
   gpu_info
   gpu_test "$H/tests/test_gpu_int8"
   gpu_test "$H/tests/test_gpu_matmul"
-  memcheck "$H/tests/test_gpu_int8" k_bound_sums "$L/memcheck-int8-k-bound.log"
-  memcheck "$H/tests/test_gpu_int8" scales "$L/memcheck-int8-scales.log"
-  memcheck "$H/tests/test_gpu_int8" wgmma_and_mma_sync "$L/memcheck-int8-wgmma.log"
+  memchecks "$H/tests/test_gpu_int8" k_bound_sums scales wgmma_and_mma_sync
   for pass in 1 2; do
     for b in "$B" "$@" "$H"; do
       for s in none rows both; do
@@ -286,9 +287,8 @@ epi)
   gpu_info
   gpu_test "$H/tests/test_gpu_int8"
   gpu_test "$H/tests/test_gpu_matmul"
-  memcheck "$H/tests/test_gpu_int8" wgmma_and_mma_sync "$L/memcheck-int8.log"
-  memcheck "$H/tests/test_gpu_int8" scales "$L/memcheck-int8-scales.log"
-  memcheck "$H/tests/test_gpu_matmul" wgmma_tile_widths "$L/memcheck-matmul.log"
+  memchecks "$H/tests/test_gpu_int8" wgmma_and_mma_sync scales
+  memchecks "$H/tests/test_gpu_matmul" wgmma_tile_widths
   probe_passes 30 "k,c k,K k,I k,K,c K,H,h H,I H" "$B" "$H" "$@"
   for pass in 1 2; do
     for b in "$B" "$H" "$@"; do
