@@ -11,6 +11,14 @@
 
 #define KILN_DEVICE __device__ __forceinline__
 
+/* The compute capability this image was compiled for, as major * 10 + minor (0 in nvcc's host
+ * pass): the arch of kiln_abi.h's per-device tile constants (KILN_GEMM_STAGES). */
+#ifdef __CUDA_ARCH__
+#define KILN_IMAGE_ARCH (__CUDA_ARCH__ / 10)
+#else
+#define KILN_IMAGE_ARCH 0
+#endif
+
 /* Reads element i of a buffer of dtype dt as f32. */
 KILN_DEVICE float kiln_load_as_f32(const void *p, int64_t i, int dt) {
   switch (dt) {

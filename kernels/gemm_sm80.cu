@@ -2,13 +2,14 @@
  * gemm_sm80.cu — kiln_matmul's sm_80+ kernels: C = alpha·A·B + beta·C, fp16/bf16 in, fp32 acc.
  *
  * Two ways to feed the same tensor-core inner loop (gemm_sm80.cuh):
- *   MMA_SYNC  — global -> registers -> shared, double-buffered: the loads of slice k+1 are issued
- *               before the MMAs of slice k and stored to the other shared buffer after them, so
- *               their latency hides behind the math. Works on any alignment (_scalar variants
- *               load element by element when rows are not 16-byte aligned).
- *   CP_ASYNC  — cp.async copies global -> shared without passing through registers, in a ring of
- *               KILN_GEMM_CPA_STAGES slices kept in flight; needs 16-byte aligned rows.
- * Both: 8 warps, BK = 32, one __syncthreads per K slice; tile sizes in kiln_abi.h.
+ *   MMA_SYNC  — global -> registers -> shared: the loads of slice k+STAGES-1 are issued before
+ *               the MMAs of slice k and stored to their stage after them, so their latency hides
+ *               behind the math. Works on any alignment (_scalar variants load element by
+ *               element when rows are not 16-byte aligned).
+ *   CP_ASYNC  — cp.async copies global -> shared without passing through registers; needs
+ *               16-byte aligned rows.
+ * Both: 8 warps, a ring of KILN_GEMM_STAGES slices whose stages complete on mbarriers (no
+ * __syncthreads per slice, gemm_sm80.cuh's gemm_block); tile sizes in kiln_abi.h.
  *
  * Floors at 4096^3 on an H200: 137 GFLOP at 989 TFLOP/s = 139 us; bytes 3 x 32 MiB at 4.3 TB/s
  * = 23 us. Compute-bound; mma.sync reaches about 60-65% of the dense peak on Hopper.
@@ -31,7 +32,7 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p) {
   constexpr bool CPA = FEED == Feed::CpAsync;
   constexpr int BM = CPA ? KILN_GEMM_CPA_BM : KILN_GEMM_MMA_BM, BN = CPA ? KILN_GEMM_CPA_BN : KILN_GEMM_MMA_BN;
   constexpr int BK = CPA ? KILN_GEMM_CPA_BK : KILN_GEMM_MMA_BK;
-  constexpr int STAGES = CPA ? KILN_GEMM_CPA_STAGES : KILN_GEMM_MMA_STAGES;
+  constexpr int STAGES = KILN_GEMM_STAGES(CPA, KILN_IMAGE_ARCH);
   gemm_block<MmaF16<BF16>, BM, BN, BK, STAGES, FEED, A_K, B_K, false, StoreC>(p, p.group_m);
 }
 

@@ -667,6 +667,7 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
   const int m0 = tm * BM, n0 = tn * BN;
   const int nk = (p.k + BK - 1) / BK;
   constexpr bool RING = FEED == Feed::CpAsync ? KILN_GEMM_CPA_MBAR : KILN_GEMM_MMA_RING;
+  static_assert(2 * STAGES * 8 <= KILN_GEMM_RING_BYTES, "the host counts KILN_GEMM_RING_BYTES for the ring");
   __shared__ uint64_t ring[RING ? 2 * STAGES : 1]; /* full[STAGES], then empty[STAGES] */
   uint32_t slices = 0;                             /* slices this block has consumed so far */
   if constexpr (RING) {

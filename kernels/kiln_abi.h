@@ -55,11 +55,13 @@ typedef struct kiln_gemm_args {
  * with KILN_GEMM_SMEM_BYTES. A block computes a BM x BN tile of C with 8 warps (2 along M x 4
  * along N), stepping through K in BK slices. Shared-memory rows are padded by KILN_GEMM_PAD
  * elements (16 bytes) so that ldmatrix's eight 16-byte row reads hit eight different bank groups.
- *   MMA_SYNC: 128 x 256 x 32 (warp 64 x 64), 2 stages (register-staged), 1 block per SM: 260
- *             TFLOP/s at 4096^3 on the H200 against 213 for 128 x 128 at 2 blocks per SM, whose
- *             128-register cap spilled (ladder rung v4, docs/performance.md).
- *   CP_ASYNC: 128 x 256 x 64 (warp 64 x 64), 3 stages, 1 block per SM: cp.async keeps two
- *             slices in flight, and BK = 64 halves the per-slice barrier and address work. */
+ *   MMA_SYNC: 128 x 256 x 32 (warp 64 x 64), register-staged, 1 block per SM: 260 TFLOP/s at
+ *             4096^3 on the H200 against 213 for 128 x 128 at 2 blocks per SM, whose 128-register
+ *             cap spilled (ladder rung v4, docs/performance.md).
+ *   CP_ASYNC: 128 x 256 x 64 (warp 64 x 64), 1 block per SM: BK = 64 halves the per-slice
+ *             barrier and address work.
+ * Both feed a ring of stages completed through mbarriers (rungs v10, v11; gemm_sm80.cuh's
+ * gemm_block): warps wait for the slice they read, not for each other at every slice. */
 #define KILN_GEMM_PAD 8
 #define KILN_GEMM_THREADS 256
 #ifndef KILN_GEMM_MMA_BM /* overridable for tuning experiments (scripts/gemm-ladder.sh) */
@@ -70,9 +72,6 @@ typedef struct kiln_gemm_args {
 #endif
 #ifndef KILN_GEMM_MMA_BK
 #define KILN_GEMM_MMA_BK 32
-#endif
-#ifndef KILN_GEMM_MMA_STAGES
-#define KILN_GEMM_MMA_STAGES 2
 #endif
 #ifndef KILN_GEMM_MMA_BLOCKS_PER_SM
 #define KILN_GEMM_MMA_BLOCKS_PER_SM 1
@@ -86,15 +85,38 @@ typedef struct kiln_gemm_args {
 #ifndef KILN_GEMM_CPA_BK
 #define KILN_GEMM_CPA_BK 64
 #endif
+#ifndef KILN_GEMM_MMA_RING /* rung v11 (scripts/gemm-ladder.sh): MMA_SYNC's stages through mbarriers */
+#define KILN_GEMM_MMA_RING 1
+#endif
+#ifndef KILN_GEMM_CPA_MBAR /* rung v10 (scripts/gemm-ladder.sh): the cp.async ring through mbarriers */
+#define KILN_GEMM_CPA_MBAR 1
+#endif
+/* Stages per device: the sm_90a image (run on sm_90, 227 KB of shared memory a block) takes the
+ * _SM90 counts, the others (sm_80's image or its PTX, sm_89's) the plain ones, which fit sm_80
+ * (163 KB: CP_ASYNC 3 x 51 KB) and sm_86 / sm_89 (99 KB: MMA_SYNC 3 x 27 KB; CP_ASYNC does not
+ * fit there). A 4th stage keeps two cp.async slices in flight while a warp's MMAs run, as the
+ * mbarrier ring refills a stage only after them: +3-5 % at 4096^3 (H100, ladder rung v10-s4).
+ * MMA_SYNC without the ring (KILN_GEMM_MMA_RING=0) double-buffers: 2 stages. */
 #ifndef KILN_GEMM_CPA_STAGES
 #define KILN_GEMM_CPA_STAGES 3
 #endif
-#ifndef KILN_GEMM_MMA_RING /* rung v11 (scripts/gemm-ladder.sh): MMA_SYNC's stages through mbarriers */
-#define KILN_GEMM_MMA_RING 0
+#ifndef KILN_GEMM_CPA_STAGES_SM90
+#define KILN_GEMM_CPA_STAGES_SM90 4
 #endif
-#ifndef KILN_GEMM_CPA_MBAR /* rung v10 (scripts/gemm-ladder.sh): the cp.async ring through mbarriers */
-#define KILN_GEMM_CPA_MBAR 0
+#ifndef KILN_GEMM_MMA_STAGES
+#define KILN_GEMM_MMA_STAGES (KILN_GEMM_MMA_RING ? 3 : 2)
 #endif
+#ifndef KILN_GEMM_MMA_STAGES_SM90
+#define KILN_GEMM_MMA_STAGES_SM90 (KILN_GEMM_MMA_RING ? 4 : 2)
+#endif
+/* arch: the device's compute capability as major * 10 + minor (kiln_context's arch; in a kernel,
+ * KILN_IMAGE_ARCH). */
+#define KILN_GEMM_STAGES(cpa, arch) \
+  ((cpa) ? ((arch) == 90 ? KILN_GEMM_CPA_STAGES_SM90 : KILN_GEMM_CPA_STAGES) \
+         : ((arch) == 90 ? KILN_GEMM_MMA_STAGES_SM90 : KILN_GEMM_MMA_STAGES))
+/* Static shared memory of the sm_80 GEMMs beside their tiles: the ring's mbarriers, 2 x 8 bytes
+ * a stage (up to 8 stages), before tiles aligned to 128 bytes. The fit checks count it. */
+#define KILN_GEMM_RING_BYTES 128
 #ifndef KILN_GEMM_CPA_BLOCKS_PER_SM
 #define KILN_GEMM_CPA_BLOCKS_PER_SM 1
 #endif

@@ -1102,7 +1102,7 @@ static void sm89(void) {
   assert_kiln_ok(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL));
   o.algo = KILN_MATMUL_CP_ASYNC;
   assert_kiln_fails(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL), KILN_ERROR_UNSUPPORTED,
-                    "kiln_matmul: algo CP_ASYNC needs 156672 bytes of shared memory per block but", "(sm_89) grants "
+                    "kiln_matmul: algo CP_ASYNC needs 156800 bytes of shared memory per block but", "(sm_89) grants "
                     "101376; use KILN_MATMUL_AUTO or _MMA_SYNC");
   o.algo = KILN_MATMUL_WGMMA;
   assert_kiln_fails(kiln_matmul(ctx, &a->dl_tensor, &b->dl_tensor, &c->dl_tensor, &o, NULL), KILN_ERROR_UNSUPPORTED,

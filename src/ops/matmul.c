@@ -176,13 +176,16 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
   const bool a_k = A.cs == 1, b_k = B.rs == 1;
   const bool aligned = kiln_matrix_aligned16(&A) && kiln_matrix_aligned16(&B);
   const bool tma_ok = kiln_wgmma_operand_ok(&A) && kiln_wgmma_operand_ok(&B);
-  /* The sm_80 kernels' rings, against what the device grants a block: CP_ASYNC's 3 stages of
-   * 128 x 256 x 64 take ~162 KB, which sm_80 and sm_90 grant but sm_86 and sm_89 (99 KB: A10,
-   * L40S, RTX 3090 / 4090) do not; MMA_SYNC's 2 stages of BK 32 take ~60 KB. */
-  const size_t cpa_smem = (size_t)KILN_GEMM_SMEM_BYTES(KILN_GEMM_CPA_STAGES, KILN_GEMM_CPA_BM, KILN_GEMM_CPA_BN,
-                                                       KILN_GEMM_CPA_BK, a_k, b_k);
-  const size_t mma_smem = (size_t)KILN_GEMM_SMEM_BYTES(KILN_GEMM_MMA_STAGES, KILN_GEMM_MMA_BM, KILN_GEMM_MMA_BN,
-                                                       KILN_GEMM_MMA_BK, a_k, b_k);
+  /* The sm_80 kernels' rings (stages per device, kiln_abi.h) and their mbarriers, against what
+   * the device grants a block: CP_ASYNC's 128 x 256 x 64 stages take ~51 KB each, 3 on sm_80
+   * and 4 on sm_90, more than sm_86 and sm_89 grant (99 KB: A10, L40S, RTX 3090 / 4090);
+   * MMA_SYNC's of BK 32 ~27 KB each, 3 (4 on sm_90). */
+  const int cpa_stages = KILN_GEMM_STAGES(1, ctx->arch), mma_stages = KILN_GEMM_STAGES(0, ctx->arch);
+  const size_t cpa_tiles = (size_t)KILN_GEMM_SMEM_BYTES(cpa_stages, KILN_GEMM_CPA_BM, KILN_GEMM_CPA_BN,
+                                                        KILN_GEMM_CPA_BK, a_k, b_k);
+  const size_t mma_tiles = (size_t)KILN_GEMM_SMEM_BYTES(mma_stages, KILN_GEMM_MMA_BM, KILN_GEMM_MMA_BN,
+                                                        KILN_GEMM_MMA_BK, a_k, b_k);
+  const size_t cpa_smem = cpa_tiles + KILN_GEMM_RING_BYTES, mma_smem = mma_tiles + KILN_GEMM_RING_BYTES;
   const bool cpa_fits = ctx->info.smem_per_block_optin >= cpa_smem;
   /* AUTO: WGMMA on Hopper, then CP_ASYNC, then MMA_SYNC (any alignment); docs/performance.md
    * has the measurements behind the order. */
@@ -212,8 +215,6 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
   const int bm = wg ? KILN_GEMM_WG_BM : cpa ? KILN_GEMM_CPA_BM : KILN_GEMM_MMA_BM;
   const int wg_bn = wg ? (tile_n ? tile_n : kiln_wgmma_tile_n(A.rows, B.cols, batch, ctx->info.sm_count)) : 0;
   const int bn = wg ? wg_bn : cpa ? KILN_GEMM_CPA_BN : KILN_GEMM_MMA_BN;
-  const int stages = cpa ? KILN_GEMM_CPA_STAGES : KILN_GEMM_MMA_STAGES;
-  const int bk = cpa ? KILN_GEMM_CPA_BK : KILN_GEMM_MMA_BK;
   const int64_t tiles = ((A.rows + bm - 1) / bm) * ((B.cols + bn - 1) / bn);
   /* WGMMA's persistent grid walks tiles of every batch with a 32-bit tile index */
   if (tiles > INT32_MAX || (wg && tiles * batch > INT32_MAX))
@@ -249,7 +250,7 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
   }
   if (ws && ws->need) return KILN_OK;
   const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, wg_pair, false, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
-  const unsigned smem = (unsigned)KILN_GEMM_SMEM_BYTES(stages, bm, bn, bk, a_k, b_k);
+  const unsigned smem = (unsigned)(cpa ? cpa_tiles : mma_tiles); /* dynamic: the tiles */
   void *params[] = {&args};
   return kiln_launch(ctx, kernel, (unsigned)tiles, 1, gz, KILN_GEMM_THREADS, smem, stream, params, op);
 }

@@ -101,8 +101,10 @@ kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const 
   }
 
   const bool aligned = kiln_matrix_aligned16(&A) && kiln_matrix_aligned16(&B); /* 16-byte vector loads */
-  const size_t cpa_smem = (size_t)KILN_GEMM_I8_SMEM_BYTES(KILN_GEMM_I8_CPA_STAGES, KILN_GEMM_I8_CPA_BK);
-  const size_t mma_smem = (size_t)KILN_GEMM_I8_SMEM_BYTES(2, KILN_GEMM_I8_MMA_BK);
+  const size_t cpa_tiles = (size_t)KILN_GEMM_I8_SMEM_BYTES(KILN_GEMM_I8_CPA_STAGES, KILN_GEMM_I8_CPA_BK);
+  const size_t mma_tiles = (size_t)KILN_GEMM_I8_SMEM_BYTES(2, KILN_GEMM_I8_MMA_BK);
+  /* with the ring's mbarriers (KILN_GEMM_RING_BYTES) */
+  const size_t cpa_smem = cpa_tiles + KILN_GEMM_RING_BYTES, mma_smem = mma_tiles + KILN_GEMM_RING_BYTES;
   const bool cpa = a_k && b_k && aligned && ctx->info.smem_per_block_optin >= cpa_smem;
   if (!cpa && ctx->info.smem_per_block_optin < mma_smem)
     return kiln_smem_refusal(ctx, op, "the int8 kernel", mma_smem,
@@ -124,6 +126,6 @@ kiln_status kiln_matmul_int8_gpu(const kiln_context *ctx, const char *op, const 
                               (b_k ? 0 : 1));
   const unsigned gz = p.batch > 65535 ? 65535u : (unsigned)p.batch;
   void *params[] = {&p};
-  return kiln_launch(ctx, kernel, (unsigned)tiles, 1, gz, KILN_GEMM_THREADS, (unsigned)(cpa ? cpa_smem : mma_smem),
+  return kiln_launch(ctx, kernel, (unsigned)tiles, 1, gz, KILN_GEMM_THREADS, (unsigned)(cpa ? cpa_tiles : mma_tiles),
                      stream, params, op);
 }
