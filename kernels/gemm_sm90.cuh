@@ -236,6 +236,9 @@ KILN_DEVICE void wgmma_wait() {
 }
 #endif
 
+/* a line into L1 ahead of its loads: no register, nothing waits for it */
+KILN_DEVICE void prefetch_l1(const void *ptr) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(ptr)); }
+
 /* The epilogue through shared memory (c_staged in the args: kiln_matmul with beta = 0, or
  * kiln_matmul_int8; C row-major with 16-byte aligned rows). A consumer warpgroup's 64 x BN
  * accumulator tile leaves in pieces of 64 rows by 128 bytes (32 f32 or 64 16-bit columns), each
@@ -251,6 +254,18 @@ KILN_DEVICE void wgmma_wait() {
  * cost 6-15 % of the f16 kernel with f32 C and 18-24 % of the int8 one, the tensor pipe idle
  * meanwhile. Named barrier 1 + cw is the warpgroup's; the caller waits for the last stores
  * (bulk_wait) before the block ends. */
+/* The column factors of a piece of PC columns from col0: the lane's two columns of each n8 block.
+ * Columns past N are clipped by TMA; their factors are read at column N - 1 (in bounds, and no
+ * branch around the loads: less code for a cold start to fetch, docs/performance.md "int8 after
+ * other kernels"). */
+template <class Value, int PC, class P>
+KILN_DEVICE void load_col_factors(typename Value::Col (&cv)[PC / 8], const P &p, int col0, int lane) {
+#pragma unroll
+  for (int jj = 0; jj < PC / 8; jj++) {
+    const int cc = min(col0 + 8 * jj + 2 * (lane % 4), p.n - 1);
+    cv[jj] = Value::col(p, cc, cc + 1 < p.n);
+  }
+}
 template <class Value, int BN, class OUT, class Acc, class P>
 KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *stage, const CUtensorMap *map, int row0,
                                  int col0, int b, int t, int cw) {
@@ -263,29 +278,32 @@ KILN_DEVICE void store_staged_as(const Acc (&d)[BN / 2], const P &p, uint8_t *st
     const int row = row0 + 16 * warp + lane / 4 + 8 * h;
     rv[h] = Value::row(p, row, row < p.m);
   }
+  /* The column factors of piece q (int8's col_scale; empty for the other Values) are loaded while
+   * piece q - 1 is stored: loaded in the piece that used them, each piece waited out an L2 round
+   * trip (rung e9, docs/performance.md: int8 with both scale vectors ran 20 us slower at 4096^3). */
+  typename Value::Col cv[PC / 8], nx[PC / 8];
+  load_col_factors<Value, PC>(cv, p, col0, lane);
 #pragma unroll
   for (int q = 0; q < BN / PC; q++) {
     uint8_t *buf = stage + (q % NP) * 8192;
+    if (q + 1 < BN / PC) load_col_factors<Value, PC>(nx, p, col0 + (q + 1) * PC, lane);
     if (t == 0) bulk_wait_read<NP - 1>(); /* the store that last used this slot has read it */
     named_sync(1 + cw, 128);
 #pragma unroll
     for (int jj = 0; jj < PC / 8; jj++) { /* n8 block q·PC/8 + jj of the accumulator */
-      const int j = q * (PC / 8) + jj, c = 8 * jj + 2 * (lane % 4), col = col0 + q * PC + c;
-      /* Columns past N are clipped by TMA; their factors are read at column N - 1 (in bounds,
-       * and no branch around the loads: less code for a cold start to fetch, docs/performance.md
-       * "int8 after other kernels"). */
-      const int cc = min(col, p.n - 1);
-      const typename Value::Col cv = Value::col(p, cc, cc + 1 < p.n);
+      const int j = q * (PC / 8) + jj, c = 8 * jj + 2 * (lane % 4);
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         const int r = 16 * warp + lane / 4 + 8 * h, byte = c * E;
         OUT *dst = reinterpret_cast<OUT *>(buf + r * 128 + ((((byte >> 4) ^ (r & 7)) << 4) | (byte & 15)));
         float v0, v1; /* beta = 0: C is not read */
-        Value::get(p, rv[h], cv, static_cast<const OUT *>(nullptr), true, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], v0,
-                   v1);
+        Value::get(p, rv[h], cv[jj], static_cast<const OUT *>(nullptr), true, d[4 * j + 2 * h],
+                   d[4 * j + 2 * h + 1], v0, v1);
         put2(dst, v0, v1); /* st.shared: dst keeps smem's address space (gemm's alignment) */
       }
     }
+#pragma unroll
+    for (int jj = 0; jj < PC / 8; jj++) cv[jj] = nx[jj];
     fence_proxy_async(); /* this thread's writes, visible to the TMA store */
     named_sync(1 + cw, 128);
     if (t == 0) {
@@ -329,6 +347,7 @@ struct WgmmaF16 {
                                        int row0, int col0, int b, int t, int cw) {
     sm90::store_staged<GemmValue, BN>(d, p, stage, map, row0, col0, b, t, cw);
   }
+  static KILN_DEVICE void prefetch_factors(const Args &, int, int, int) {} /* GemmValue reads none */
 };
 
 /* int8 in (both k-major), s32 accumulators wrapping modulo 2^32, C = float(acc) times the
@@ -364,6 +383,17 @@ struct WgmmaS8 {
       sm90::store_staged<Int8LeanValue<true>, BN>(d, p, stage, map, row0, col0, b, t, cw);
     else
       sm90::store_staged<Int8LeanValue<false>, BN>(d, p, stage, map, row0, col0, b, t, cw);
+  }
+  /* The epilogue's scale factors into L1 while the tile's last wgmmas run (rung e10): thread t
+   * of the warpgroup its row row0 + t / 2 and the columns col0 + 2t and + 1 (a 256-wide tile's),
+   * clamped into the vectors. Loaded cold, each tile's first factors cost an L2 round trip. */
+  static KILN_DEVICE void prefetch_factors(const Args &p, int row0, int col0, int t) {
+    if (p.row_scale && t % 2 == 0) prefetch_l1(p.row_scale + (int64_t)min(row0 + t / 2, p.m - 1) * p.row_scale_stride);
+    if (p.col_scale) {
+      const int c = min(col0 + 2 * t, p.n - 1);
+      prefetch_l1(p.col_scale + (int64_t)c * p.col_scale_stride);
+      prefetch_l1(p.col_scale + (int64_t)min(c + 1, p.n - 1) * p.col_scale_stride);
+    }
   }
 };
 
@@ -580,6 +610,7 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
         if (kt > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
         if (KILN_GEMM_WG_SKEW > 0 && cw == 0 && it + 1 == KILN_GEMM_WG_SKEW) named_arrive(KILN_GEMM_SKEW_BARRIER, 256);
       }
+      T::prefetch_factors(p, tm * BM + 64 * cw, tn * BN, t);
       wgmma_wait<0>();
       if (slices > 0 && t == 0) release<CLUSTER>(&empty[(it - 1) % STAGES], rank);
       if (SK && ke < nk) { /* a stream-K tile's head or middle: its partial goes to the tail's block */
