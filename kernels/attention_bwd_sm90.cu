@@ -49,6 +49,9 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
   const int qb_first = q_first / BM, per_head = q_first < p.sq ? (p.sq + BM - 1) / BM - qb_first : 0;
   const int steps = group * per_head;
   init_barriers<STAGES>(kv_full);
+  /* the dQ kernel, launched as a programmatic dependent (attention_gpu.c, KILN_ATTN_BWD_PDL), may
+   * start on the SMs this grid's last wave leaves idle; a no-op otherwise */
+  if (threadIdx.x == 0) pdl_launch_dependents();
 
   if (wg == 0) { /* producer */
     producer_registers();
@@ -177,6 +180,10 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
     if (t == 0)
       produce<DP, BM, BN, STAGES, 2>(sq, map_q, map_do, q0, h, b, qdo_full, ring, map_k, map_v, k_full, v_full, empty,
                                      nblocks, [&](int blk, int &row, int &head) { row = blk * BN, head = hk; });
+    /* As a programmatic dependent of the dK/dV kernel (attention_gpu.c), this block reads only
+     * what was written before that kernel started, so it did not wait to start; it ends only after
+     * that kernel has, so that the stream's next work finds dK and dV written. A no-op otherwise. */
+    if (t == 0) pdl_wait();
   } else { /* consumers */
     consumer_registers();
     const int cw = wg - 1, warp = t / 32, lane = t % 32;

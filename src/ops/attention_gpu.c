@@ -144,7 +144,7 @@ static kiln_status attn_map(const kiln_context *ctx, const char *op, const char 
  * gx x gy x batch of `threads` threads. */
 static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const kiln_attn_args *a, kiln_kernel_id kernel,
                                 unsigned gx, unsigned gy, unsigned threads, unsigned smem, uint32_t q_rows,
-                                uint32_t kv_rows, bool with_do, CUstream stream) {
+                                uint32_t kv_rows, bool with_do, bool dependent, CUstream stream) {
   kiln_tensor_map maps[4];
   const int64_t qs[3] = {a->q_ss, a->q_hs, a->q_bs}, ks[3] = {a->k_ss, a->k_hs, a->k_bs},
                 vs[3] = {a->v_ss, a->v_hs, a->v_bs}, ds[3] = {a->do_ss, a->do_hs, a->do_bs};
@@ -156,6 +156,8 @@ static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const k
     return st;
   kiln_attn_args args = *a;
   void *params[] = {&args, &maps[0], &maps[1], &maps[2], &maps[3]};
+  if (dependent)
+    return kiln_launch_dependent(ctx, kernel, gx, gy, (unsigned)a->batch, threads, smem, stream, params, op);
   return kiln_launch(ctx, kernel, gx, gy, (unsigned)a->batch, threads, smem, stream, params, op);
 }
 
@@ -343,7 +345,7 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
       c = (config){family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a), KILN_ATTN_WG_BM,
                    KILN_ATTN_WG_BN(dp), KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp)};
     return launch_wgmma(ctx, op, a, c.kernel, (unsigned)((a->sq + c.bm - 1) / c.bm), (unsigned)a->hq, c.threads, c.smem,
-                        c.bm, c.bn, false, stream);
+                        c.bm, c.bn, false, false, stream);
   }
   const kiln_kernel_id kernel = family_kernel(KILN_K_ATTN_FWD_f16_D64, KILN_K_ATTN_FWD_bf16_D64, a);
   kiln_attn_args args = *a;
@@ -376,6 +378,15 @@ size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_arg
   if (copies_dout(a)) bytes += (size_t)a->batch * (size_t)a->hq * (size_t)a->sq * (size_t)a->dv_dim * 2;
   return bytes;
 }
+
+/* The sm_90a dQ kernel as a programmatic dependent of the dK/dV kernel (1; 0: after it ends).
+ * Both grids hold 31 waves and a few blocks at S = 2048 - 8192 (4096 blocks of one per SM on 132
+ * SMs), so each ends with ~128 idle SMs for one block's lifetime; dependent, dQ's first blocks
+ * fill the dK/dV tail. dQ reads nothing dK/dV writes (Q, K, V, dO, LSE and delta, all written
+ * before dK/dV started), so it starts without waiting and waits for dK/dV only before it ends. */
+#ifndef KILN_ATTN_BWD_PDL
+#define KILN_ATTN_BWD_PDL 1
+#endif
 
 /* delta (and the dO copy), then dK/dV, then dQ: three launches on the caller's stream, from the
  * kernel family the forward would choose. */
@@ -417,14 +428,14 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
                            family_kernel(KILN_K_ATTN_BWD_DKDV_WG_f16_D64, KILN_K_ATTN_BWD_DKDV_WG_bf16_D64, a),
                            (unsigned)((a->sk + KILN_ATTN_WG_KV_BN - 1) / KILN_ATTN_WG_KV_BN), (unsigned)a->hkv,
                            KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM(dp),
-                           KILN_ATTN_WG_KV_BN, true, stream)))
+                           KILN_ATTN_WG_KV_BN, true, false, stream)))
       return st;
     if (a->dq)
       return launch_wgmma(ctx, op, &args,
                           family_kernel(KILN_K_ATTN_BWD_DQ_WG_f16_D64, KILN_K_ATTN_BWD_DQ_WG_bf16_D64, a),
                           (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
                           KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp), KILN_ATTN_WG_BM,
-                          KILN_ATTN_WG_DQ_BN(dp), true, stream);
+                          KILN_ATTN_WG_DQ_BN(dp), true, KILN_ATTN_BWD_PDL && (a->dk || a->dv), stream);
     return KILN_OK;
   }
   if (a->dk || a->dv) {

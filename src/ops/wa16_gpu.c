@@ -187,7 +187,8 @@ static kiln_status wa16_tma(const kiln_context *ctx, const char *op, const kiln_
                                                {KILN_K_W8A16_TMA_F16_N16, KILN_K_W8A16_TMA_BF16_N16}};
   const kiln_kernel_id kernel = kernels[int8 ? (cols == 16 ? 2 : 1) : 0][a->x_dtype == KILN_DT_BF16];
   const unsigned threads = (unsigned)(32 * (consumers + 1));
-  if (KILN_WA16_TMA_PDL) return kiln_launch_dependent(ctx, kernel, (unsigned)grid, threads, smem, stream, params, op);
+  if (KILN_WA16_TMA_PDL)
+    return kiln_launch_dependent(ctx, kernel, (unsigned)grid, 1, 1, threads, smem, stream, params, op);
   return kiln_launch(ctx, kernel, (unsigned)grid, 1, 1, threads, smem, stream, params, op);
 }
 
@@ -353,7 +354,7 @@ static kiln_status wg_launch(const kiln_context *ctx, const char *op, const kiln
        {KILN_K_W8A16_WGMMA256_F16, KILN_K_W8A16_WGMMA256_BF16}}};
   const kiln_kernel_id kernel = kernels[w8][bx == 256][a->x_dtype == KILN_DT_BF16];
   const unsigned smem = (unsigned)KILN_W4_WG_SMEM_BYTES(bx);
-  return kiln_launch_dependent(ctx, kernel, (unsigned)grid, KILN_W4_WG_THREADS, smem, stream, params, op);
+  return kiln_launch_dependent(ctx, kernel, (unsigned)grid, 1, 1, KILN_W4_WG_THREADS, smem, stream, params, op);
 }
 
 kiln_status kiln_w4_wgmma(const kiln_context *ctx, const char *op, const kiln_int4_args *a, int count,

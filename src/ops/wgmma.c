@@ -192,7 +192,7 @@ kiln_status kiln_wgmma_launch(const kiln_context *ctx, const char *op, kiln_kern
    * barrier setup overlap its end (the kernel waits before touching memory; pairs carry their
    * cluster shape and launch plainly) */
   if (KILN_WGMMA_PDL && !pair)
-    return kiln_launch_dependent(ctx, kernel, (unsigned)grid, KILN_GEMM_WG_THREADS, KILN_GEMM_WG_SMEM_BYTES(bn),
+    return kiln_launch_dependent(ctx, kernel, (unsigned)grid, 1, 1, KILN_GEMM_WG_THREADS, KILN_GEMM_WG_SMEM_BYTES(bn),
                                  stream, params, op);
   return kiln_launch(ctx, kernel, (unsigned)grid, 1, 1, KILN_GEMM_WG_THREADS, KILN_GEMM_WG_SMEM_BYTES(bn), stream,
                      params, op);

@@ -274,10 +274,10 @@ kiln_status kiln_launch(const kiln_context *ctx, kiln_kernel_id id, unsigned gx,
       "cuLaunchKernel");
 }
 
-kiln_status kiln_launch_dependent(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned block,
-                                  unsigned smem_bytes, CUstream stream, void **args, const char *who) {
+kiln_status kiln_launch_dependent(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned gy, unsigned gz,
+                                  unsigned block, unsigned smem_bytes, CUstream stream, void **args, const char *who) {
   kiln_launch_attr attr = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, .value.allowed = 1};
-  const CUlaunchConfig cfg = {.gridDimX = gx, .gridDimY = 1, .gridDimZ = 1, .blockDimX = block, .blockDimY = 1,
+  const CUlaunchConfig cfg = {.gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = block, .blockDimY = 1,
                               .blockDimZ = 1, .sharedMemBytes = smem_bytes, .hStream = stream, .attrs = &attr,
                               .numAttrs = 1};
   return launch_result(ctx, ctx->cu->cuLaunchKernelEx(&cfg, ctx->fn[id], args, NULL), who, "cuLaunchKernelEx");

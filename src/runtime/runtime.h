@@ -69,12 +69,13 @@ void kiln_ctx_leave(const kiln_context *ctx, kiln_ctx_scope *scope);
  * to each parameter). The caller has entered the context. */
 kiln_status kiln_launch(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned gy, unsigned gz,
                         unsigned block, unsigned smem_bytes, CUstream stream, void **args, const char *who);
-/* The same over gx blocks as a programmatic dependent of the stream's previous kernel (sm_90+): it
- * may start while that kernel ends, so the kernel must execute griddepcontrol.wait before any
- * access to global memory (sm90::pdl_wait), and may let the next one start early
+/* The same as a programmatic dependent of the stream's previous kernel (sm_90+): it may start
+ * while that kernel ends, so the kernel must execute griddepcontrol.wait before any access to
+ * global memory the previous kernel may write (sm90::pdl_wait), and before it ends (so that its
+ * end implies the previous kernel's), and may let the next one start early
  * (sm90::pdl_launch_dependents). */
-kiln_status kiln_launch_dependent(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned block,
-                                  unsigned smem_bytes, CUstream stream, void **args, const char *who);
+kiln_status kiln_launch_dependent(const kiln_context *ctx, kiln_kernel_id id, unsigned gx, unsigned gy, unsigned gz,
+                                  unsigned block, unsigned smem_bytes, CUstream stream, void **args, const char *who);
 
 /* The same as kiln_launch in clusters of cluster_x x 1 x 1 blocks (sm_90+; gx a multiple of
  * cluster_x), a size chosen at launch rather than compiled into the kernel. */
