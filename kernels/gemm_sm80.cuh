@@ -697,8 +697,13 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
        * for every thread to have read the stage's previous slice (`empty`), so warps drift up to a
        * slice apart and their ldmatrix bursts and barrier waits no longer line up at every slice.
        * Slice g of the block (counted across batches) uses stage g % STAGES, parity g / STAGES % 2.
-       * Slice kt+STAGES-1 is fetched before slice kt's MMAs (register-staged feeds: loaded into
-       * registers) and put into its stage after them (cp.async: copied; registers: stored). */
+       * Slice kt+AHEAD is fetched before slice kt's MMAs (register-staged feeds: loaded into
+       * registers) and put into its stage after them (cp.async: copied; registers: stored), once
+       * every thread has read slice kt+AHEAD-STAGES there: warps may drift STAGES-AHEAD slices
+       * apart. AHEAD = STAGES-1 keeps the most slices in flight; register-staged feeds hold one
+       * slice in registers whatever AHEAD, so a smaller AHEAD only buys drift (kiln_abi.h). */
+      constexpr int AHEAD_SET = FEED == Feed::CpAsync ? KILN_GEMM_CPA_AHEAD : KILN_GEMM_MMA_AHEAD;
+      constexpr int AHEAD = AHEAD_SET > 0 && AHEAD_SET < STAGES ? AHEAD_SET : STAGES - 1;
       constexpr bool VEC = FEED == Feed::RegisterStaged;
       typename Ops::LA::Regs ra;
       typename Ops::LB::Regs rb;
@@ -729,7 +734,7 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
         ring_arrive(&ring[st]);
       };
 #pragma unroll 1
-      for (int s = 0; s < STAGES - 1 && s < nk; s++) {
+      for (int s = 0; s < AHEAD && s < nk; s++) {
         fetch(s);
         put(slices + s, s);
       }
@@ -737,13 +742,13 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
       for (int kt = 0; kt < nk; kt++) {
         const uint32_t g = slices + kt;
         const int st = g % STAGES;
-        const bool more = kt + STAGES - 1 < nk;
-        if (more) fetch(kt + STAGES - 1); /* register loads complete while the MMAs below run */
+        const bool more = kt + AHEAD < nk;
+        if (more) fetch(kt + AHEAD); /* register loads complete while the MMAs below run */
         ring_wait(&ring[st], (g / STAGES) & 1);
         warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + st * A_ELEMS, sb + st * B_ELEMS, wm0,
                                                                       wn0, lane);
         ring_arrive(&ring[STAGES + st]);
-        if (more) put(g + STAGES - 1, kt + STAGES - 1);
+        if (more) put(g + AHEAD, kt + AHEAD);
       }
       slices += nk;
     } else if constexpr (FEED == Feed::CpAsync) {

@@ -109,6 +109,14 @@ typedef struct kiln_gemm_args {
 #ifndef KILN_GEMM_MMA_STAGES_SM90
 #define KILN_GEMM_MMA_STAGES_SM90 (KILN_GEMM_MMA_RING ? 4 : 2)
 #endif
+/* Slices a ring fetches ahead of the one its MMAs read (gemm_sm80.cuh's gemm_block); 0 means
+ * STAGES - 1, the most in flight. The rest of the ring is slack for warps drifting apart. */
+#ifndef KILN_GEMM_CPA_AHEAD
+#define KILN_GEMM_CPA_AHEAD 0
+#endif
+#ifndef KILN_GEMM_MMA_AHEAD
+#define KILN_GEMM_MMA_AHEAD 0
+#endif
 /* arch: the device's compute capability as major * 10 + minor (kiln_context's arch; in a kernel,
  * KILN_IMAGE_ARCH). */
 #define KILN_GEMM_STAGES(cpa, arch) \

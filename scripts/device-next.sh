@@ -14,6 +14,9 @@
 #   v10 HEAD BASE OTHERS...  issue 3: rung v10 (CP_ASYNC's ring through mbarriers): HEAD's matmul
 #                    and int8 tests, sanitizers of the cp_async tests, kiln-bench cp_async beside
 #                    BASE and OTHERS, interleaved twice (about 5 minutes)
+#   v12 HEAD BASE OTHERS...  issue 3 with v10 / v11 on main: HEAD's sanitizers of the sm_80
+#                    GEMMs, MMA_SYNC and CP_ASYNC at 4096^3 / 8192^3 of BASE, HEAD and OTHERS
+#                    (rungs v12-*) interleaved twice, HEAD's paired ratios (about 5 minutes)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
 #                    CP_ASYNC and MMA_SYNC f16 kernels at 4096^3, and kiln-bench --algo all (2 min)
 #   lean HEAD BASE OTHERS...  issue 5: int8 with scale vectors (rungs lean, e9, e10): HEAD's int8
@@ -237,6 +240,37 @@ v10)
       BENCH_TIMEOUT=90 bench_run "sm80-$pass" "$b" '^matmul ' matmul --shape 4096x4096x4096 --shape 8192x8192x8192 \
         --algo all --dtype all --reps 20
     done
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+v12)
+  # issue 3 after v10 / v11 became main's (HEAD: main's build with tests; BASE: the build before,
+  # OTHERS: rungs v12-*): memcheck of HEAD's matmul layout / ragged / batched and int8 ragged
+  # tests, racecheck and synccheck of the layout test, then MMA_SYNC and CP_ASYNC at 4096^3 and
+  # 8192^3, BASE, HEAD and OTHERS interleaved twice, and HEAD's paired ratios at 4096^3 (kiln
+  # and cuBLAS in alternating batches). About 5 minutes.
+  H=$2
+  B=$3
+  shift 3
+  gpu_info
+  memchecks "$H/tests/test_gpu_matmul" layouts_algos_dtypes ragged_shapes batched
+  memchecks "$H/tests/test_gpu_int8" ragged_shapes
+  for tool in racecheck synccheck; do
+    KILN_TEST_SANITIZER=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$H/tests/test_gpu_matmul" --filter layouts_algos_dtypes >"$L/$tool.log" 2>&1
+    echo "$tool layouts_algos_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/$tool.log"))"
+  done
+  for pass in 1 2; do
+    for b in "$B" "$H" "$@"; do
+      for algo in mma_sync cp_async; do
+        BENCH_TIMEOUT=60 bench_run "sm80-$pass-$algo" "$b" '^matmul ' matmul --shape 4096x4096x4096 \
+          --shape 8192x8192x8192 --algo $algo --dtype all --reps 20
+      done
+    done
+  done
+  for algo in mma_sync cp_async; do
+    BENCH_TIMEOUT=90 bench_run "paired-$algo" "$H" '^matmul ' matmul --shape 4096x4096x4096 --algo $algo \
+      --dtype all --paired --reps 30
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;

@@ -118,3 +118,15 @@ ladder_step gemm v10-cpa-mbar-bk32-s6 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_CPA_BK=32;
 # after them once every thread has read its stage. Same reading and prediction as v10; measured
 # from the tests build of scripts/device-next.sh v10 (HEAD: v10 + v11).
 ladder_step gemm v11-mma-ring-s4 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_MMA_RING=1;KILN_GEMM_MMA_STAGES=4"
+# v12 (2026-12-06, twenty-third session): v10 and v11 are main's (measured on an H100: CP_ASYNC
+# 0.45-0.49x -> 0.49-0.57x, MMA_SYNC 0.40-0.45x -> 0.47-0.51x cuBLAS at 4096^3), with stages per
+# device (KILN_GEMM_STAGES: 4 on sm_90, 3 elsewhere). From here the sm_90 counts are the _SM90
+# macros. v12-cpa-s3: CP_ASYNC's 3 stages on sm_90, the baseline of the 4th stage. The rest try
+# the ring's depth as drift slack instead of slices in flight (KILN_GEMM_*_AHEAD): a register-
+# staged feed holds one slice in registers whatever the depth, so MMA_SYNC's 4 stages bought it
+# only drift of one slice; Nsight Compute (v11, H100) put 6 % of its warp samples on ring waits.
+# v12-mma-ahead1: MMA_SYNC fetches 1 slice ahead, 3 of slack; v12-cpa-ahead2: CP_ASYNC 2 ahead
+# (v10's in flight), 2 of slack. Predicted: a few % for MMA_SYNC if the ring waits are drift.
+ladder_step gemm v12-cpa-s3 "KILN_GEMM_CPA_STAGES_SM90=3"
+ladder_step gemm v12-mma-ahead1 "KILN_GEMM_MMA_AHEAD=1"
+ladder_step gemm v12-cpa-ahead2 "KILN_GEMM_CPA_AHEAD=2"
