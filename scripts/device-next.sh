@@ -25,7 +25,7 @@
 #                    (about 5 minutes)
 #   prefill HEAD     issues 5 and 6: the int4 PREFILL (four shapes, M 1024 and 4096) and the fused
 #                    QKV (M 2048 and 8192) paired against unpaired (3-4 minutes)
-#   bwdpdl HEAD BASE issue 8: rung bwd-pdl (scripts/rungs/attn-bwd-pdl.patch; HEAD: a build with it,
+#   bwdpdl HEAD BASE (done 2026-12-06, main since 8e21846) issue 8: rung bwd-pdl (HEAD: a build with it,
 #                    BASE: main's): test_gpu_attention, memcheck and racecheck of the backward
 #                    tests, SDPA flash once, then kiln-bench attention --quick --dtype all with the
 #                    SDPA peer, BASE and HEAD interleaved twice (about 6 minutes)
