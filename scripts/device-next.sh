@@ -17,6 +17,8 @@
 #   v12 HEAD BASE OTHERS...  issue 3 with v10 / v11 on main: HEAD's sanitizers of the sm_80
 #                    GEMMs, MMA_SYNC and CP_ASYNC at 4096^3 / 8192^3 of BASE, HEAD and OTHERS
 #                    (rungs v12-*) interleaved twice, HEAD's paired ratios (about 5 minutes)
+#   v12q HEAD BASE OTHERS...  mode v12 in under 6 minutes: land's test run, sanitizers of the
+#                    layout test, one pass at 4096^3, HEAD's paired ratios
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
 #                    CP_ASYNC and MMA_SYNC f16 kernels at 4096^3, and kiln-bench --algo all (2 min)
 #   lean HEAD BASE OTHERS...  issue 5: int8 with scale vectors (rungs lean, e9, e10): HEAD's int8
@@ -270,6 +272,32 @@ v12)
   done
   for algo in mma_sync cp_async; do
     BENCH_TIMEOUT=90 bench_run "paired-$algo" "$H" '^matmul ' matmul --shape 4096x4096x4096 --algo $algo \
+      --dtype all --paired --reps 30
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+v12q)
+  # mode v12 for a short budget, with land's test run first: every GPU test program of HEAD but
+  # the soak, memcheck and racecheck of the matmul layout test, then MMA_SYNC and CP_ASYNC at
+  # 4096^3 of BASE, HEAD and OTHERS once, and HEAD's paired ratios. Under 6 minutes.
+  H=$2
+  B=$3
+  shift 3
+  gpu_info
+  for t in "$H"/tests/test_gpu_*; do
+    case " ${LAND_SKIP:-test_gpu_soak} " in *" $(basename "$t") "*) continue ;; esac
+    gpu_test "$t"
+  done
+  memchecks "$H/tests/test_gpu_matmul" layouts_algos_dtypes
+  KILN_TEST_SANITIZER=1 timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$H/tests/test_gpu_matmul" --filter layouts_algos_dtypes >"$L/racecheck.log" 2>&1
+  echo "racecheck layouts_algos_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/racecheck.log"))"
+  for b in "$B" "$H" "$@"; do
+    BENCH_TIMEOUT=40 bench_run sm80 "$b" '^matmul .*(mma_sync|cp_async)' matmul --shape 4096x4096x4096 --algo all \
+      --dtype all --reps 20
+  done
+  for algo in mma_sync cp_async; do
+    BENCH_TIMEOUT=60 bench_run "paired-$algo" "$H" '^matmul ' matmul --shape 4096x4096x4096 --algo $algo \
       --dtype all --paired --reps 30
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
