@@ -110,9 +110,13 @@ typedef struct kiln_gemm_args {
 #define KILN_GEMM_MMA_STAGES_SM90 (KILN_GEMM_MMA_RING ? 4 : 2)
 #endif
 /* Slices a ring fetches ahead of the one its MMAs read (gemm_sm80.cuh's gemm_block); 0 means
- * STAGES - 1, the most in flight. The rest of the ring is slack for warps drifting apart. */
+ * STAGES - 1, the most in flight. The rest of the ring is slack for warps drifting apart.
+ * CP_ASYNC: 2 (on sm_90's 4 stages, two of slack): 3 % faster at 4096^3 and 6 % at 8192^3 than
+ * 3 ahead with one of slack, 7 % than 3 stages (H100, ladder rung v12-cpa-ahead2), so drift, not
+ * depth, was what the 4th stage bought. MMA_SYNC: 3 ahead (1 ahead with 3 of slack, rung
+ * v12-mma-ahead1, was 3-6 % slower). */
 #ifndef KILN_GEMM_CPA_AHEAD
-#define KILN_GEMM_CPA_AHEAD 0
+#define KILN_GEMM_CPA_AHEAD 2
 #endif
 #ifndef KILN_GEMM_MMA_AHEAD
 #define KILN_GEMM_MMA_AHEAD 0

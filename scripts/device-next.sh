@@ -278,7 +278,8 @@ v12)
   ;;
 v12q)
   # mode v12 for a short budget, with land's test run first: every GPU test program of HEAD but
-  # the soak, memcheck and racecheck of the matmul layout test, then MMA_SYNC and CP_ASYNC at
+  # the soak, memcheck and racecheck of the matmul layout test, BASE's matmul tests when it has
+  # them (HEAD a rung on BASE), then MMA_SYNC and CP_ASYNC at
   # 4096^3 of BASE, HEAD and OTHERS once, and HEAD's paired ratios. Under 6 minutes.
   H=$2
   B=$3
@@ -292,6 +293,10 @@ v12q)
   KILN_TEST_SANITIZER=1 timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$H/tests/test_gpu_matmul" --filter layouts_algos_dtypes >"$L/racecheck.log" 2>&1
   echo "racecheck layouts_algos_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/racecheck.log"))"
+  if [ -x "$B/tests/test_gpu_matmul" ]; then # BASE's matmul tests too, when it has them (HEAD a rung on it)
+    mkdir -p "$L/base"
+    L=$L/base gpu_test "$B/tests/test_gpu_matmul"
+  fi
   for b in "$B" "$H" "$@"; do
     BENCH_TIMEOUT=40 bench_run sm80 "$b" '^matmul .*(mma_sync|cp_async)' matmul --shape 4096x4096x4096 --algo all \
       --dtype all --reps 20
