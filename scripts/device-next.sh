@@ -19,6 +19,8 @@
 #                    (rungs v12-*) interleaved twice, HEAD's paired ratios (about 5 minutes)
 #   v12q HEAD BASE OTHERS...  mode v12 in under 6 minutes: land's test run, sanitizers of the
 #                    layout test, one pass at 4096^3, HEAD's paired ratios
+#   v14 BASE RUNG... issue 3: MMA_SYNC paired and back to back, BASE and rungs v14-* interleaved
+#                    twice, clocks sampled (about 2 minutes)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
 #                    CP_ASYNC and MMA_SYNC f16 kernels at 4096^3, and kiln-bench --algo all (2 min)
 #   lean HEAD BASE OTHERS...  issue 5: int8 with scale vectors (rungs lean, e9, e10): HEAD's int8
@@ -130,6 +132,22 @@ stream_k_checks() { # stream_k_checks BUILD: test_gpu_matmul's wgmma_stream_k, t
   echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
   memcheck "$1/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
 }
+layout_sanitizers() { # layout_sanitizers BUILD TOOL...: each compute-sanitizer TOOL on test_gpu_matmul's layout test
+  local b=$1 tool
+  shift
+  for tool in "$@"; do
+    KILN_TEST_SANITIZER=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$b/tests/test_gpu_matmul" --filter layouts_algos_dtypes >"$L/$tool.log" 2>&1
+    echo "$tool layouts_algos_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/$tool.log"))"
+  done
+}
+sm80_paired() { # sm80_paired BUILD: its MMA_SYNC and CP_ASYNC at 4096^3 paired with cuBLAS (30 rounds)
+  local algo
+  for algo in mma_sync cp_async; do
+    BENCH_TIMEOUT=90 bench_run "paired-$algo" "$1" '^matmul ' matmul --shape 4096x4096x4096 --algo $algo \
+      --dtype all --paired --reps 30
+  done
+}
 case $mode in
 land)
   # before landing a GEMM epilogue change: every GPU test program of HEAD but the soak (and those
@@ -232,11 +250,7 @@ v10)
   gpu_test "$H/tests/test_gpu_int8"
   memchecks "$H/tests/test_gpu_matmul" layouts_algos_dtypes ragged_shapes batched
   memchecks "$H/tests/test_gpu_int8" ragged_shapes
-  for tool in racecheck synccheck; do
-    KILN_TEST_SANITIZER=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$H/tests/test_gpu_matmul" --filter layouts_algos_dtypes >"$L/$tool.log" 2>&1
-    echo "$tool layouts_algos_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/$tool.log"))"
-  done
+  layout_sanitizers "$H" racecheck synccheck
   for pass in 1 2; do
     for b in "$B" "$H" "$@"; do
       BENCH_TIMEOUT=90 bench_run "sm80-$pass" "$b" '^matmul ' matmul --shape 4096x4096x4096 --shape 8192x8192x8192 \
@@ -257,11 +271,7 @@ v12)
   gpu_info
   memchecks "$H/tests/test_gpu_matmul" layouts_algos_dtypes ragged_shapes batched
   memchecks "$H/tests/test_gpu_int8" ragged_shapes
-  for tool in racecheck synccheck; do
-    KILN_TEST_SANITIZER=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$H/tests/test_gpu_matmul" --filter layouts_algos_dtypes >"$L/$tool.log" 2>&1
-    echo "$tool layouts_algos_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/$tool.log"))"
-  done
+  layout_sanitizers "$H" racecheck synccheck
   for pass in 1 2; do
     for b in "$B" "$H" "$@"; do
       for algo in mma_sync cp_async; do
@@ -270,10 +280,7 @@ v12)
       done
     done
   done
-  for algo in mma_sync cp_async; do
-    BENCH_TIMEOUT=90 bench_run "paired-$algo" "$H" '^matmul ' matmul --shape 4096x4096x4096 --algo $algo \
-      --dtype all --paired --reps 30
-  done
+  sm80_paired "$H"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 v12q)
@@ -290,9 +297,7 @@ v12q)
     gpu_test "$t"
   done
   memchecks "$H/tests/test_gpu_matmul" layouts_algos_dtypes
-  KILN_TEST_SANITIZER=1 timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 \
-    "$H/tests/test_gpu_matmul" --filter layouts_algos_dtypes >"$L/racecheck.log" 2>&1
-  echo "racecheck layouts_algos_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/racecheck.log"))"
+  layout_sanitizers "$H" racecheck
   if [ -x "$B/tests/test_gpu_matmul" ]; then # BASE's matmul tests too, when it has them (HEAD a rung on it)
     mkdir -p "$L/base"
     L=$L/base gpu_test "$B/tests/test_gpu_matmul"
@@ -301,10 +306,27 @@ v12q)
     BENCH_TIMEOUT=40 bench_run sm80 "$b" '^matmul .*(mma_sync|cp_async)' matmul --shape 4096x4096x4096 --algo all \
       --dtype all --reps 20
   done
-  for algo in mma_sync cp_async; do
-    BENCH_TIMEOUT=60 bench_run "paired-$algo" "$H" '^matmul ' matmul --shape 4096x4096x4096 --algo $algo \
-      --dtype all --paired --reps 30
+  sm80_paired "$H"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+v14)
+  # issue 3 / rung v14 (MMA_SYNC's preferred carveout, a kiln-bench build): MMA_SYNC f16 and
+  # bf16 at 4096^3 paired with cuBLAS and back to back, BASE (main) and the RUNGs interleaved
+  # twice, with the SM clock sampled every 50 ms into $L/smi.csv. About 2 minutes.
+  B=$2
+  shift 2
+  gpu_info
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 50 >"$L/smi.csv" &
+  smi=$!
+  for pass in 1 2; do
+    for b in "$B" "$@"; do
+      for mode2 in "" --paired; do
+        BENCH_TIMEOUT=60 bench_run "mma$pass${mode2:+-paired}" "$b" '^matmul ' matmul --shape 4096x4096x4096 \
+          --algo mma_sync --dtype all --reps 30 $mode2
+      done
+    done
   done
+  kill $smi
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 cpaprof)

@@ -130,3 +130,11 @@ ladder_step gemm v11-mma-ring-s4 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_MMA_RING=1;KILN
 ladder_step gemm v12-cpa-s3 "KILN_GEMM_CPA_STAGES_SM90=3"
 ladder_step gemm v12-mma-ahead1 "KILN_GEMM_MMA_AHEAD=1"
 ladder_step gemm v12-cpa-ahead2 "KILN_GEMM_CPA_AHEAD=2"
+# v14 (2026-12-06): MMA_SYNC paired with cuBLAS ran 547-556 us at 4096^3 against 418-436 back to
+# back (H100; SM clock steady at 1965-1980 MHz in both). Guess: after cuBLAS's ~200 KB blocks the
+# SMs keep a split with little L1, through which MMA_SYNC's ld.global pass (CP_ASYNC's
+# cp.async.cg bypass L1 and lost 3-10 %). KILN_GEMM_MMA_CARVEOUT=0 asks for the most L1 the
+# block allows (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, src/runtime/context.c).
+# Predicted: paired MMA_SYNC back near its back-to-back time if the guess holds; no change
+# back to back. Measure with scripts/device-next.sh v14.
+ladder_step gemm v14-mma-carveout0 "KILN_GEMM_MMA_CARVEOUT=0"
