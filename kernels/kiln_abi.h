@@ -121,11 +121,6 @@ typedef struct kiln_gemm_args {
 #ifndef KILN_GEMM_MMA_AHEAD
 #define KILN_GEMM_MMA_AHEAD 0
 #endif
-/* Rung v14 (src/runtime/context.c): MMA_SYNC's preferred shared-memory carveout in percent,
- * -1 for the driver's choice. */
-#ifndef KILN_GEMM_MMA_CARVEOUT
-#define KILN_GEMM_MMA_CARVEOUT -1
-#endif
 /* arch: the device's compute capability as major * 10 + minor (kiln_context's arch; in a kernel,
  * KILN_IMAGE_ARCH). */
 #define KILN_GEMM_STAGES(cpa, arch) \

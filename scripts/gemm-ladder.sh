@@ -136,5 +136,5 @@ ladder_step gemm v12-cpa-ahead2 "KILN_GEMM_CPA_AHEAD=2"
 # cp.async.cg bypass L1 and lost 3-10 %). KILN_GEMM_MMA_CARVEOUT=0 asks for the most L1 the
 # block allows (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, src/runtime/context.c).
 # Predicted: paired MMA_SYNC back near its back-to-back time if the guess holds; no change
-# back to back. Measure with scripts/device-next.sh v14.
-ladder_step gemm v14-mma-carveout0 "KILN_GEMM_MMA_CARVEOUT=0"
+# back to back. Measured (device-next.sh v14): no effect; not taken, kept as a patch.
+ladder_step gemm v14-mma-carveout0 "KILN_GEMM_MMA_CARVEOUT=0" 8463581^ scripts/rungs/gemm-v14-mma-carveout.patch

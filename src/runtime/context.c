@@ -108,17 +108,6 @@ static kiln_status load_kernels(kiln_context *ctx) {
                                (int)ctx->info.smem_per_block_optin - static_smem);
     if (r != CUDA_SUCCESS) return kiln_cuda_fail(cu, r, "kiln_context_create", "cuFuncSetAttribute");
   }
-  /* Rung v14 of issue 3 (off by default; KILN_TUNE_DEFS="KILN_GEMM_MMA_CARVEOUT=P"): MMA_SYNC's
-   * kernels prefer P % of the SM's unified L1 / shared memory as shared memory. Paired with
-   * cuBLAS they ran 30 % slower than back to back (H100, clocks steady); their operand loads go
-   * through L1 (ld.global), CP_ASYNC's cp.async.cg do not, and after cuBLAS's ~200 KB blocks
-   * the SMs may keep a split with little L1. */
-#if KILN_GEMM_MMA_CARVEOUT >= 0
-  for (int k = KILN_K_GEMM_mma_f16_KK; k <= KILN_K_GEMM_mma_bf16_MN_scalar; k++) {
-    r = cu->cuFuncSetAttribute(ctx->fn[k], CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, KILN_GEMM_MMA_CARVEOUT);
-    if (r != CUDA_SUCCESS) return kiln_cuda_fail(cu, r, "kiln_context_create", "cuFuncSetAttribute");
-  }
-#endif
   /* How many 2-CTA clusters of the WGMMA pair kernel fit on the device at once: their persistent
    * grid must not exceed it (a cluster left for a second wave would double the time). Clusters
    * live inside one GPC, so this can be below SMs / 2. A failed query only disables clusters.

@@ -430,7 +430,6 @@ static CUresult fake_func_get_attribute(int *value, int attrib, void *fn) {
 static CUresult func_set_attribute(void *fn, int attrib, int value) {
   const int i = handle_find(libraries, (uintptr_t)fn);
   if (i < 0) return E_INVALID_HANDLE;
-  if (attrib == 9) return value >= -1 && value <= 100 ? OK : E_INVALID_VALUE; /* PREFERRED_SHARED_MEMORY_CARVEOUT */
   if (attrib != 8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */ || value < 0 || value > smem_optin()) return E_INVALID_VALUE;
   library_smem[i] = value;
   return OK;
