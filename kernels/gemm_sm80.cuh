@@ -694,8 +694,8 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
     if constexpr (RING) {
       /* The ring through mbarriers (KILN_GEMM_CPA_MBAR, KILN_GEMM_MMA_RING): no block-wide barrier
        * per slice. A warp waits only for the slice it reads (`full`) and, before refilling a stage,
-       * for every thread to have read the stage's previous slice (`empty`), so warps drift up to a
-       * slice apart and their ldmatrix bursts and barrier waits no longer line up at every slice.
+       * for every thread to have read the stage's previous slice (`empty`), so warps drift apart
+       * (below) and their ldmatrix bursts and barrier waits no longer line up at every slice.
        * Slice g of the block (counted across batches) uses stage g % STAGES, parity g / STAGES % 2.
        * Slice kt+AHEAD is fetched before slice kt's MMAs (register-staged feeds: loaded into
        * registers) and put into its stage after them (cp.async: copied; registers: stored), once

@@ -94,8 +94,8 @@ typedef struct kiln_gemm_args {
 /* Stages per device: the sm_90a image (run on sm_90, 227 KB of shared memory a block) takes the
  * _SM90 counts, the others (sm_80's image or its PTX, sm_89's) the plain ones, which fit sm_80
  * (163 KB: CP_ASYNC 3 x 51 KB) and sm_86 / sm_89 (99 KB: MMA_SYNC 3 x 27 KB; CP_ASYNC does not
- * fit there). A 4th stage keeps two cp.async slices in flight while a warp's MMAs run, as the
- * mbarrier ring refills a stage only after them: +3-5 % at 4096^3 (H100, ladder rung v10-s4).
+ * fit there). sm_90's 4th stage is slack for warps drifting apart (KILN_GEMM_*_AHEAD below):
+ * CP_ASYNC +3-6 % at 4096^3 and 8192^3 (H100, ladder rungs v10-s4, v12-cpa-ahead2).
  * MMA_SYNC without the ring (KILN_GEMM_MMA_RING=0) double-buffers: 2 stages. */
 #ifndef KILN_GEMM_CPA_STAGES
 #define KILN_GEMM_CPA_STAGES 3
