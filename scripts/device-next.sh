@@ -21,6 +21,8 @@
 #                    layout test, one pass at 4096^3, HEAD's paired ratios
 #   v14 BASE RUNG... issue 3: MMA_SYNC paired and back to back, BASE and rungs v14-* interleaved
 #                    twice, clocks sampled (about 2 minutes)
+#   mmaafter HEAD    issue 3: Nsight Compute (application replay) of MMA_SYNC back to back and
+#                    paired with cuBLAS, CP_ASYNC paired (about 4 minutes)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
 #                    CP_ASYNC and MMA_SYNC f16 kernels at 4096^3, and kiln-bench --algo all (2 min)
 #   lean HEAD BASE OTHERS...  issue 5: int8 with scale vectors (rungs lean, e9, e10): HEAD's int8
@@ -327,6 +329,24 @@ v14)
     done
   done
   kill $smi
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+mmaafter)
+  # issue 3: why MMA_SYNC runs ~25 % slower right after a cuBLAS call than after itself (paired
+  # 0.40x against 0.42-0.51x back to back, H100, 2026-12-06; not the clocks, not the L1 split).
+  # Nsight Compute with application replay (every pass sees the true order) on the f16 kernel
+  # at 4096^3, back to back and paired: warp states, memory workload, L2 / DRAM bytes, stall
+  # samples per SASS line; CP_ASYNC paired beside it (it loses only 3-10 %). Launches 151-152 of
+  # each run: past kiln-bench's warm-up (~120 calls of ~0.43 ms in doubling groups until 50 ms),
+  # inside its 60 timed rounds. About 4 minutes.
+  H=$2
+  gpu_info
+  OUT=$L NCU_SASS=1 NCU_TIMEOUT=200 NCU_GREP="Duration|Issued|Stall|Throughput|Hit Rate|DRAM" \
+    NCU_SECTIONS="--replay-mode application --cache-control none --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SourceCounters" \
+    bash -c '. scripts/ncu-lib.sh; B=$0; WANT=""
+      ncu_prof mma-alone kiln_gemm_mma_f16 150 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 60
+      ncu_prof mma-paired kiln_gemm_mma_f16 150 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 60 --paired
+      ncu_prof cpa-paired kiln_gemm_cpasync_f16 150 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo cp_async --reps 60 --paired' "$H"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 cpaprof)
