@@ -19,8 +19,8 @@
 #                    (rungs v12-*) interleaved twice, HEAD's paired ratios (about 5 minutes)
 #   v12q HEAD BASE OTHERS...  mode v12 in under 6 minutes: land's test run, sanitizers of the
 #                    layout test, one pass at 4096^3, HEAD's paired ratios
-#   v14 BASE RUNG... issue 3: MMA_SYNC paired and back to back, BASE and rungs v14-* interleaved
-#                    twice, clocks sampled (about 2 minutes)
+#   v14 BASE RUNG... issue 3: MMA_SYNC paired and back to back, BASE and MMA_SYNC rungs (v14-*,
+#                    v15-*) interleaved twice, clocks sampled (about 2 minutes)
 #   mmaafter HEAD    issue 3: Nsight Compute (application replay) of MMA_SYNC back to back and
 #                    paired with cuBLAS, CP_ASYNC paired (about 4 minutes)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
