@@ -78,26 +78,30 @@ KILN_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::)
 template <int N>
 KILN_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-/* mbarriers of the sm_80 GEMMs' ring (KILN_GEMM_CPA_MBAR, KILN_GEMM_MMA_RING; sm_80 PTX): `full`
- * completes when every thread's part of a slice has landed (with cp.async each thread arrives
- * through its own copies, noinc), `empty` when every thread has finished reading the slice. */
-KILN_DEVICE void ring_init(uint64_t *bar, int count) {
-  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+/* mbarriers (sm_80+; try_wait on sm_90, test_wait before), for the sm_80 GEMMs' ring and the
+ * sm_90a kernels' TMA rings (gemm_sm90.cuh). The sm_80 ring: `full` completes when every
+ * thread's part of a slice has landed (with cp.async each thread arrives through its own copies,
+ * noinc), `empty` when every thread has finished reading the slice. The "memory" clobbers keep
+ * the compiler from moving shared-memory accesses across an arrive or a wait. */
+KILN_DEVICE void mbar_init(uint64_t *bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
 }
-KILN_DEVICE void ring_arrive(uint64_t *bar) {
+/* (The arrive's state goes to a scratch register: with the `_` sink the sm_80 GEMMs' SASS changed
+ * on sm_89 / sm_90a; this form leaves every kernel's SASS as it was before the wrappers merged.) */
+KILN_DEVICE void mbar_arrive(uint64_t *bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_u32(bar)) : "memory");
 }
 /* Arrives on bar once all of this thread's earlier cp.async copies have completed. */
-KILN_DEVICE void ring_arrive_on_copies(uint64_t *bar) {
+KILN_DEVICE void mbar_arrive_on_copies(uint64_t *bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
-KILN_DEVICE void ring_wait(uint64_t *bar, uint32_t parity) {
+KILN_DEVICE void mbar_wait(uint64_t *bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred done;\nWAIT_%=:\n"
 #if __CUDA_ARCH__ >= 900
-      "mbarrier.try_wait.parity.shared.b64 done, [%0], %1;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
 #else
-      "mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 done, [%0], %1;\n"
 #endif
       "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
       "r"(parity)
@@ -683,7 +687,7 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
   uint32_t slices = 0;                             /* slices this block has consumed so far */
   if constexpr (RING) {
     if (tid == 0)
-      for (int i = 0; i < 2 * STAGES; i++) ring_init(&ring[i], GEMM_THREADS);
+      for (int i = 0; i < 2 * STAGES; i++) mbar_init(&ring[i], GEMM_THREADS);
     __syncthreads();
   }
 
@@ -732,12 +736,12 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
       };
       auto put = [&](uint32_t g, int kt) {
         const int st = g % STAGES;
-        if (g >= STAGES) ring_wait(&ring[STAGES + st], (g / STAGES - 1) & 1);
+        if (g >= STAGES) mbar_wait(&ring[STAGES + st], (g / STAGES - 1) & 1);
         if constexpr (FEED == Feed::CpAsync) {
           op.slice(A, B, p, m0, n0, kt * BK);
           op.copy_async(sa + st * A_ELEMS, sb + st * B_ELEMS, tid);
           if (!op.a.has_partial_chunks() && !op.b.has_partial_chunks()) {
-            ring_arrive_on_copies(&ring[st]);
+            mbar_arrive_on_copies(&ring[st]);
             return;
           }
           cp_async_wait_all(); /* rare: chunks cut by an edge, see TileLoader::async_copy */
@@ -747,7 +751,7 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
           op.a.store(sa + st * A_ELEMS, ra, tid);
           op.b.store(sb + st * B_ELEMS, rb, tid);
         }
-        ring_arrive(&ring[st]);
+        mbar_arrive(&ring[st]);
       };
 #pragma unroll 1
       for (int s = 0; s < AHEAD && s < nk; s++) {
@@ -760,10 +764,10 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
         const int st = g % STAGES;
         const bool more = kt + AHEAD < nk;
         if (more) fetch(kt + AHEAD); /* register loads complete while the MMAs below run */
-        ring_wait(&ring[st], (g / STAGES) & 1);
+        mbar_wait(&ring[st], (g / STAGES) & 1);
         warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + st * A_ELEMS, sb + st * B_ELEMS, wm0,
                                                                       wn0, lane);
-        ring_arrive(&ring[STAGES + st]);
+        mbar_arrive(&ring[STAGES + st]);
         if (more) put(g + AHEAD, kt + AHEAD);
       }
       slices += nk;

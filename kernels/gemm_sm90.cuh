@@ -56,22 +56,13 @@ constexpr int BM = KILN_GEMM_WG_BM, ROW = 128; /* bytes of K in one tile row: th
 [[maybe_unused]] constexpr int BOX_BYTES = 64 * ROW; /* one [64 k][64 mn] box of an m/n-major f16 operand */
 static_assert(KILN_GEMM_WG_BK * 2 == ROW, "kiln_abi.h sizes the ring with 64 f16 of K per row");
 
+/* gemm_sm80.cuh's mbarrier wrappers, also under the sm90:: names the sm_90a kernels call */
+using kiln::mbar_arrive;
+using kiln::mbar_init;
+using kiln::mbar_wait;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-KILN_DEVICE void mbar_init(uint64_t *bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
-}
 KILN_DEVICE void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes));
-}
-KILN_DEVICE void mbar_arrive(uint64_t *bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)));
-}
-KILN_DEVICE void mbar_wait(uint64_t *bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
-      "r"(parity));
 }
 /* A ring's barriers, set up by thread 0 before the block's first barrier: full[s] completes on
  * the producer's expect_tx and the copies' bytes, empty[s] on `releases` arrivals. */
