@@ -661,9 +661,8 @@ struct Operands {
 
 /* Computes the block's tile (blockIdx.x in the order of tile_coords) of every batch
  * (blockIdx.z, step gridDim.z) and hands the accumulators to Epilogue::store(acc, p, C of the
- * batch, first row, first column, lane) (stateless, as Value in store_tile). Register-staged feeds use 2 stages: the loads of slice k+1
- * are issued before the MMAs of slice k and stored to the other buffer after them; CpAsync
- * keeps STAGES-1 slices in flight. One __syncthreads per slice. */
+ * batch, first row, first column, lane) (stateless, as Value in store_tile), feeding the MMAs
+ * through a ring of STAGES slices in shared memory (below). */
 template <class Mma, int BM, int BN, int BK, int STAGES, Feed FEED, bool A_K, bool B_K, bool TRANSPOSE, class Epilogue,
           class P>
 KILN_DEVICE void gemm_block(const P &p, int group_m) {
@@ -671,7 +670,7 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
   using Ops = Operands<T, BM, BN, BK, A_K, B_K, TRANSPOSE>;
   constexpr int WM = BM / GEMM_WARPS_M, WN = BN / GEMM_WARPS_N, MT = WM / 16, NT = WN / 8;
   constexpr int A_ELEMS = Ops::LA::SMEM_ELEMS, B_ELEMS = Ops::LB::SMEM_ELEMS;
-  static_assert(FEED != Feed::CpAsync || STAGES >= 2, "cp.async ring of 2+ slices");
+  static_assert(STAGES >= 2, "a ring of 2+ slices");
   extern __shared__ __align__(128) uint16_t smem[];
   T *sa = reinterpret_cast<T *>(smem), *sb = sa + STAGES * A_ELEMS;
 
@@ -681,15 +680,12 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
   tile_coords(p.m, p.n, group_m, blockIdx.x, BM, BN, tm, tn);
   const int m0 = tm * BM, n0 = tn * BN;
   const int nk = (p.k + BK - 1) / BK;
-  constexpr bool RING = FEED == Feed::CpAsync ? KILN_GEMM_CPA_MBAR : KILN_GEMM_MMA_RING;
   static_assert(2 * STAGES * 8 <= KILN_GEMM_RING_BYTES, "the host counts KILN_GEMM_RING_BYTES for the ring");
-  __shared__ uint64_t ring[RING ? 2 * STAGES : 1]; /* full[STAGES], then empty[STAGES] */
-  uint32_t slices = 0;                             /* slices this block has consumed so far */
-  if constexpr (RING) {
-    if (tid == 0)
-      for (int i = 0; i < 2 * STAGES; i++) mbar_init(&ring[i], GEMM_THREADS);
-    __syncthreads();
-  }
+  __shared__ uint64_t ring[2 * STAGES]; /* full[STAGES], then empty[STAGES] */
+  uint32_t slices = 0;                  /* slices this block has consumed so far */
+  if (tid == 0)
+    for (int i = 0; i < 2 * STAGES; i++) mbar_init(&ring[i], GEMM_THREADS);
+  __syncthreads();
 
   for (int batch = blockIdx.z; batch < p.batch; batch += gridDim.z) {
     const T *A = (const T *)p.a + batch * p.a_bs;
@@ -706,126 +702,70 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
 
     Ops op(p, m0, n0);
 
-    if constexpr (RING) {
-      /* The ring through mbarriers (KILN_GEMM_CPA_MBAR, KILN_GEMM_MMA_RING): no block-wide barrier
-       * per slice. A warp waits only for the slice it reads (`full`) and, before refilling a stage,
-       * for every thread to have read the stage's previous slice (`empty`), so warps drift apart
-       * (below) and their ldmatrix bursts and barrier waits no longer line up at every slice.
-       * Slice g of the block (counted across batches) uses stage g % STAGES, parity g / STAGES % 2.
-       * Slice kt+AHEAD is fetched before slice kt's MMAs (register-staged feeds: loaded into
-       * registers) and put into its stage after them (cp.async: copied; registers: stored), once
-       * every thread has read slice kt+AHEAD-STAGES there: warps may drift STAGES-AHEAD slices
-       * apart. AHEAD = STAGES-1 keeps the most slices in flight; register-staged feeds hold one
-       * slice in registers whatever AHEAD, so a smaller AHEAD only buys drift (kiln_abi.h). */
-      constexpr int AHEAD_SET = FEED == Feed::CpAsync ? KILN_GEMM_CPA_AHEAD : KILN_GEMM_MMA_AHEAD;
-      constexpr int AHEAD = AHEAD_SET > 0 && AHEAD_SET < STAGES ? AHEAD_SET : STAGES - 1;
-      constexpr bool VEC = FEED == Feed::RegisterStaged;
-      typename Ops::LA::Regs ra;
-      typename Ops::LB::Regs rb;
-      auto fetch = [&](int kt) {
-        if constexpr (FEED != Feed::CpAsync) {
-          if (KILN_GEMM_MMA_L2_AHEAD > 0 && kt + KILN_GEMM_MMA_L2_AHEAD < nk) {
-            op.slice(A, B, p, m0, n0, (kt + KILN_GEMM_MMA_L2_AHEAD) * BK);
-            op.a.prefetch_l2(tid);
-            op.b.prefetch_l2(tid);
-          }
-          op.slice(A, B, p, m0, n0, kt * BK);
-          op.a.template load<VEC>(ra, tid);
-          op.b.template load<VEC>(rb, tid);
+    /* The ring through mbarriers (rungs v10, v11): no block-wide barrier per slice. A warp waits
+     * only for the slice it reads (`full`) and, before refilling a stage, for every thread to have
+     * read the stage's previous slice (`empty`), so warps drift apart (below) and their ldmatrix
+     * bursts and barrier waits no longer line up at every slice.
+     * Slice g of the block (counted across batches) uses stage g % STAGES, parity g / STAGES % 2.
+     * Slice kt+AHEAD is fetched before slice kt's MMAs (register-staged feeds: loaded into
+     * registers) and put into its stage after them (cp.async: copied; registers: stored), once
+     * every thread has read slice kt+AHEAD-STAGES there: warps may drift STAGES-AHEAD slices
+     * apart. AHEAD = STAGES-1 keeps the most slices in flight; register-staged feeds hold one
+     * slice in registers whatever AHEAD, so a smaller AHEAD only buys drift (kiln_abi.h). */
+    constexpr int AHEAD_SET = FEED == Feed::CpAsync ? KILN_GEMM_CPA_AHEAD : KILN_GEMM_MMA_AHEAD;
+    constexpr int AHEAD = AHEAD_SET > 0 && AHEAD_SET < STAGES ? AHEAD_SET : STAGES - 1;
+    constexpr bool VEC = FEED == Feed::RegisterStaged;
+    typename Ops::LA::Regs ra;
+    typename Ops::LB::Regs rb;
+    auto fetch = [&](int kt) {
+      if constexpr (FEED != Feed::CpAsync) {
+        if (KILN_GEMM_MMA_L2_AHEAD > 0 && kt + KILN_GEMM_MMA_L2_AHEAD < nk) {
+          op.slice(A, B, p, m0, n0, (kt + KILN_GEMM_MMA_L2_AHEAD) * BK);
+          op.a.prefetch_l2(tid);
+          op.b.prefetch_l2(tid);
         }
-      };
-      auto put = [&](uint32_t g, int kt) {
-        const int st = g % STAGES;
-        if (g >= STAGES) mbar_wait(&ring[STAGES + st], (g / STAGES - 1) & 1);
-        if constexpr (FEED == Feed::CpAsync) {
-          op.slice(A, B, p, m0, n0, kt * BK);
-          op.copy_async(sa + st * A_ELEMS, sb + st * B_ELEMS, tid);
-          if (!op.a.has_partial_chunks() && !op.b.has_partial_chunks()) {
-            mbar_arrive_on_copies(&ring[st]);
-            return;
-          }
-          cp_async_wait_all(); /* rare: chunks cut by an edge, see TileLoader::async_copy */
-          if (op.a.has_partial_chunks()) op.a.patch_edge(sa + st * A_ELEMS, tid);
-          if (op.b.has_partial_chunks()) op.b.patch_edge(sb + st * B_ELEMS, tid);
-        } else {
-          op.a.store(sa + st * A_ELEMS, ra, tid);
-          op.b.store(sb + st * B_ELEMS, rb, tid);
+        op.slice(A, B, p, m0, n0, kt * BK);
+        op.a.template load<VEC>(ra, tid);
+        op.b.template load<VEC>(rb, tid);
+      }
+    };
+    auto put = [&](uint32_t g, int kt) {
+      const int st = g % STAGES;
+      if (g >= STAGES) mbar_wait(&ring[STAGES + st], (g / STAGES - 1) & 1);
+      if constexpr (FEED == Feed::CpAsync) {
+        op.slice(A, B, p, m0, n0, kt * BK);
+        op.copy_async(sa + st * A_ELEMS, sb + st * B_ELEMS, tid);
+        if (!op.a.has_partial_chunks() && !op.b.has_partial_chunks()) {
+          mbar_arrive_on_copies(&ring[st]);
+          return;
         }
-        mbar_arrive(&ring[st]);
-      };
+        cp_async_wait_all(); /* rare: chunks cut by an edge, see TileLoader::async_copy */
+        if (op.a.has_partial_chunks()) op.a.patch_edge(sa + st * A_ELEMS, tid);
+        if (op.b.has_partial_chunks()) op.b.patch_edge(sb + st * B_ELEMS, tid);
+      } else {
+        op.a.store(sa + st * A_ELEMS, ra, tid);
+        op.b.store(sb + st * B_ELEMS, rb, tid);
+      }
+      mbar_arrive(&ring[st]);
+    };
 #pragma unroll 1
-      for (int s = 0; s < AHEAD && s < nk; s++) {
-        fetch(s);
-        put(slices + s, s);
-      }
-#pragma unroll 1
-      for (int kt = 0; kt < nk; kt++) {
-        const uint32_t g = slices + kt;
-        const int st = g % STAGES;
-        const bool more = kt + AHEAD < nk;
-        if (more) fetch(kt + AHEAD); /* register loads complete while the MMAs below run */
-        mbar_wait(&ring[st], (g / STAGES) & 1);
-        warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + st * A_ELEMS, sb + st * B_ELEMS, wm0,
-                                                                      wn0, lane);
-        mbar_arrive(&ring[STAGES + st]);
-        if (more) put(g + AHEAD, kt + AHEAD);
-      }
-      slices += nk;
-    } else if constexpr (FEED == Feed::CpAsync) {
-      /* Prologue: STAGES-1 slices in flight. A group is committed every step, even an empty one,
-       * so that wait_group<STAGES-2> always means "slice kt has landed". */
-#pragma unroll
-      for (int s = 0; s < STAGES - 1; s++) {
-        if (s < nk) {
-          op.slice(A, B, p, m0, n0, s * BK);
-          op.copy_async(sa + s * A_ELEMS, sb + s * B_ELEMS, tid);
-        }
-        cp_async_commit();
-      }
-      for (int kt = 0; kt < nk; kt++) {
-        cp_async_wait<STAGES - 2>();
-        const int s = kt % STAGES;
-        op.slice(A, B, p, m0, n0, kt * BK); /* chunks cut by an edge: see TileLoader::async_copy */
-        if (op.a.has_partial_chunks()) op.a.patch_edge(sa + s * A_ELEMS, tid);
-        if (op.b.has_partial_chunks()) op.b.patch_edge(sb + s * B_ELEMS, tid);
-        __syncthreads(); /* slice kt visible to all; slice kt-1's buffer free for refill */
-        const int pf = kt + STAGES - 1;
-        if (pf < nk) {
-          op.slice(A, B, p, m0, n0, pf * BK);
-          op.copy_async(sa + pf % STAGES * A_ELEMS, sb + pf % STAGES * B_ELEMS, tid);
-        }
-        cp_async_commit();
-        warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + s * A_ELEMS, sb + s * B_ELEMS, wm0,
-                                                                      wn0, lane);
-      }
-      cp_async_wait<0>();
-    } else {
-      constexpr bool VEC = FEED == Feed::RegisterStaged;
-      typename Ops::LA::Regs ra;
-      typename Ops::LB::Regs rb;
-      op.slice(A, B, p, m0, n0, 0);
-      op.a.template load<VEC>(ra, tid);
-      op.b.template load<VEC>(rb, tid);
-      op.a.store(sa, ra, tid);
-      op.b.store(sb, rb, tid);
-      __syncthreads();
-      for (int kt = 0; kt < nk; kt++) {
-        const bool more = kt + 1 < nk;
-        if (more) { /* issue slice kt+1's loads; they complete while the MMAs below run */
-          op.slice(A, B, p, m0, n0, (kt + 1) * BK);
-          op.a.template load<VEC>(ra, tid);
-          op.b.template load<VEC>(rb, tid);
-        }
-        const int s = kt % 2;
-        warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + s * A_ELEMS, sb + s * B_ELEMS, wm0,
-                                                                      wn0, lane);
-        if (more) {
-          op.a.store(sa + (s ^ 1) * A_ELEMS, ra, tid);
-          op.b.store(sb + (s ^ 1) * B_ELEMS, rb, tid);
-        }
-        __syncthreads();
-      }
+    for (int s = 0; s < AHEAD && s < nk; s++) {
+      fetch(s);
+      put(slices + s, s);
     }
+#pragma unroll 1
+    for (int kt = 0; kt < nk; kt++) {
+      const uint32_t g = slices + kt;
+      const int st = g % STAGES;
+      const bool more = kt + AHEAD < nk;
+      if (more) fetch(kt + AHEAD); /* register loads complete while the MMAs below run */
+      mbar_wait(&ring[st], (g / STAGES) & 1);
+      warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + st * A_ELEMS, sb + st * B_ELEMS, wm0,
+                                                                    wn0, lane);
+      mbar_arrive(&ring[STAGES + st]);
+      if (more) put(g + AHEAD, kt + AHEAD);
+    }
+    slices += nk;
     Epilogue::store(acc, p, C, m0 + wm0, n0 + wn0, lane);
     if (gridDim.z < p.batch) __syncthreads(); /* the next batch reuses shared memory */
   }

@@ -85,18 +85,11 @@ typedef struct kiln_gemm_args {
 #ifndef KILN_GEMM_CPA_BK
 #define KILN_GEMM_CPA_BK 64
 #endif
-#ifndef KILN_GEMM_MMA_RING /* rung v11 (scripts/gemm-ladder.sh): MMA_SYNC's stages through mbarriers */
-#define KILN_GEMM_MMA_RING 1
-#endif
-#ifndef KILN_GEMM_CPA_MBAR /* rung v10 (scripts/gemm-ladder.sh): the cp.async ring through mbarriers */
-#define KILN_GEMM_CPA_MBAR 1
-#endif
 /* Stages per device: the sm_90a image (run on sm_90, 227 KB of shared memory a block) takes the
  * _SM90 counts, the others (sm_80's image or its PTX, sm_89's) the plain ones, which fit sm_80
  * (163 KB: CP_ASYNC 3 x 51 KB) and sm_86 / sm_89 (99 KB: MMA_SYNC 3 x 27 KB; CP_ASYNC does not
  * fit there). sm_90's 4th stage is slack for warps drifting apart (KILN_GEMM_*_AHEAD below):
- * CP_ASYNC +3-6 % at 4096^3 and 8192^3 (H100, ladder rungs v10-s4, v12-cpa-ahead2).
- * MMA_SYNC without the ring (KILN_GEMM_MMA_RING=0) double-buffers: 2 stages. */
+ * CP_ASYNC +3-6 % at 4096^3 and 8192^3 (H100, ladder rungs v10-s4, v12-cpa-ahead2). */
 #ifndef KILN_GEMM_CPA_STAGES
 #define KILN_GEMM_CPA_STAGES 3
 #endif
@@ -104,10 +97,10 @@ typedef struct kiln_gemm_args {
 #define KILN_GEMM_CPA_STAGES_SM90 4
 #endif
 #ifndef KILN_GEMM_MMA_STAGES
-#define KILN_GEMM_MMA_STAGES (KILN_GEMM_MMA_RING ? 3 : 2)
+#define KILN_GEMM_MMA_STAGES 3
 #endif
 #ifndef KILN_GEMM_MMA_STAGES_SM90
-#define KILN_GEMM_MMA_STAGES_SM90 (KILN_GEMM_MMA_RING ? 4 : 2)
+#define KILN_GEMM_MMA_STAGES_SM90 4
 #endif
 /* Slices a ring fetches ahead of the one its MMAs read (gemm_sm80.cuh's gemm_block); 0 means
  * STAGES - 1, the most in flight. The rest of the ring is slack for warps drifting apart.

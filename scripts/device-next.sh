@@ -238,7 +238,7 @@ v10q)
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 v10)
-  # issue 3 / rungs v10 and v11 (KILN_GEMM_CPA_MBAR=1, KILN_GEMM_MMA_RING=1, scripts/gemm-ladder.sh):
+  # (done 2026-12-06) issue 3 / rungs v10 and v11 (KILN_GEMM_CPA_MBAR=1, KILN_GEMM_MMA_RING=1 at 54e02a3):
   # HEAD (a build with tests and both) its matmul and int8 tests (the sm_80 int8 kernels share the ring),
   # memcheck of the layout, ragged and batched tests, racecheck and synccheck of the
   # layout test (K = 77: the edge-chunk path), then kiln-bench matmul --algo all

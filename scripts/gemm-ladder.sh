@@ -108,16 +108,17 @@ ladder_step gemm c-s3 "KILN_GEMM_WG_STAGES_256=3"
 # bank bandwidth) after waiting for the slowest. Predicted: +5-10 % at 4096^3 if the lock-step
 # is the loss. v10-s4: the same with 4 stages (sm_90's 216 KB), two slices in flight during
 # the MMAs as on main's 3-stage ring (the mbarrier ring refills after the slice's MMAs).
-ladder_step gemm v10-cpa-mbar "KILN_GEMM_CPA_MBAR=1"
-ladder_step gemm v10-cpa-mbar-s4 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_CPA_STAGES=4"
+ladder_step gemm v10-cpa-mbar "KILN_GEMM_CPA_MBAR=1" 54e02a3
+ladder_step gemm v10-cpa-mbar-s4 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_CPA_STAGES=4" 54e02a3
 # v10-bk32-s6: the mbarrier ring with BK 32 and 6 stages (157 KB, fits sm_80): finer slices,
 # four in flight during a slice's MMAs; per-slice waits are cheap once no block barrier is left.
-ladder_step gemm v10-cpa-mbar-bk32-s6 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_CPA_BK=32;KILN_GEMM_CPA_STAGES=6"
+ladder_step gemm v10-cpa-mbar-bk32-s6 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_CPA_BK=32;KILN_GEMM_CPA_STAGES=6" 54e02a3
 # v11: MMA_SYNC's register-staged feed on the same mbarrier ring (KILN_GEMM_MMA_RING=1) with 4
 # stages of BK 32 (106 KB): slice kt+3 loaded into registers before slice kt's MMAs, stored
 # after them once every thread has read its stage. Same reading and prediction as v10; measured
 # from the tests build of scripts/device-next.sh v10 (HEAD: v10 + v11).
-ladder_step gemm v11-mma-ring-s4 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_MMA_RING=1;KILN_GEMM_MMA_STAGES=4"
+ladder_step gemm v11-mma-ring-s4 "KILN_GEMM_CPA_MBAR=1;KILN_GEMM_MMA_RING=1;KILN_GEMM_MMA_STAGES=4" 54e02a3
+# (v10 / v11 build from 54e02a3, where the rings were macros; main has only the rings since.)
 # v12 (2026-12-06, twenty-third session): v10 and v11 are main's (measured on an H100: CP_ASYNC
 # 0.45-0.49x -> 0.49-0.57x, MMA_SYNC 0.40-0.45x -> 0.47-0.51x cuBLAS at 4096^3), with stages per
 # device (KILN_GEMM_STAGES: 4 on sm_90, 3 elsewhere). From here the sm_90 counts are the _SM90
