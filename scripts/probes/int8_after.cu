@@ -14,6 +14,9 @@
  *   -Lslim -lkiln -lcublas -Xlinker -rpath='$ORIGIN/..'.
  * Run: int8_after [M N K] [rounds] ["seq,seq,..."], a sequence being steps separated by spaces.
  * Inputs are random int8 in 8 rotating copies (no call finds its operands in L2), C one each.
+ * The f16 operands: one copy (PROBE_F16_ROT=n: n copies, which steps M, A and n rotate through,
+ * one counter per library as kiln-bench does), small random halves (PROBE_F16_UNIFORM=1:
+ * kiln-bench's uniform (-1, 1)).
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -66,6 +69,15 @@ __global__ void icache_flush(unsigned *sink, unsigned x) {
   if (x == 0x12345u) *sink = x;
 }
 
+/* kiln-bench's f16 operands: uniform in (-1, 1) with a full mantissa (PROBE_F16_UNIFORM=1). */
+__global__ void fill_uniform_half(__half *p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned x = (unsigned)i * 2654435761u ^ seed;
+    x ^= x >> 15, x *= 2246822519u, x ^= x >> 13, x *= 3266489917u, x ^= x >> 16;
+    p[i] = __float2half((float)(2 * (int)(x >> 8) + 1 - (1 << 24)) * 0x1p-24f);
+  }
+}
+
 __global__ void fill_random(signed char *p, size_t n, unsigned seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     unsigned x = (unsigned)i * 2654435761u ^ seed;
@@ -81,6 +93,8 @@ typedef struct world {
   int *c_cublas;
   __half *h_a, *h_w, *h_c; /* f16 operands for the f16 GEMM steps */
   float *hk_c, *hc_c;       /* f32 C of kiln's and cuBLAS's f16 -> f32 GEMMs (steps H, h) */
+  int f16_rot;              /* PROBE_F16_ROT: copies of h_a / h_w that steps M, A, n rotate through */
+  int kiln_iter, blas_iter; /* their rotation counters, one per library as in kiln-bench */
   kiln_context *ctx;
   cublasHandle_t blas;
   cudaStream_t s;
@@ -149,7 +163,48 @@ static void kiln_f16_to(world *g, void *cp, int c_bits) {
     exit(1);
   }
 }
+/* kiln-bench matmul's layout: A [M,K] and B [K,N] row-major (h_w read as [K,N]; square shapes
+ * only), f32 C, an explicit sm_80 algo: issue 3's MMA_SYNC / CP_ASYNC after other kernels. */
+static void kiln_f16_algo(world *g, kiln_matmul_algo algo) {
+  const int r = g->kiln_iter++ % g->f16_rot;
+  linear l;
+  linear_init(&l, g, g->h_a + (size_t)r * g->m * g->k, g->h_w + (size_t)r * g->n * g->k, {kDLFloat, 16, 1}, g->hk_c,
+              32);
+  l.bst[0] = g->n, l.bst[1] = 1;
+  kiln_matmul_opts o = kiln_matmul_opts_default();
+  o.algo = algo;
+  if (kiln_matmul(g->ctx, &l.a, &l.b, &l.c, &o, (CUstream)g->s) != KILN_OK) {
+    fprintf(stderr, "kiln_matmul: %s\n", kiln_last_error());
+    exit(1);
+  }
+}
+static void kiln_mma_sync(world *g, const char *) { kiln_f16_algo(g, KILN_MATMUL_MMA_SYNC); }
+static void kiln_cp_async(world *g, const char *) { kiln_f16_algo(g, KILN_MATMUL_CP_ASYNC); }
+/* cuBLAS in kiln-bench's call: column-major C^T = B^T A^T with both operands not transposed. */
+static void cublas_bench(world *g, const char *) {
+  const float alpha = 1, beta = 0;
+  const int r = g->blas_iter++ % g->f16_rot;
+  cublasStatus_t st = cublasGemmEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k, &alpha,
+                                   g->h_w + (size_t)r * g->n * g->k, CUDA_R_16F, (int)g->n,
+                                   g->h_a + (size_t)r * g->m * g->k, CUDA_R_16F, (int)g->k, &beta, g->hc_c, CUDA_R_32F,
+                                   (int)g->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (st != CUBLAS_STATUS_SUCCESS) fprintf(stderr, "cublasGemmEx: %d\n", (int)st), exit(1);
+}
+
 static void kiln_f16(world *g, const char *) { kiln_f16_to(g, g->h_c, 16); }
+/* x @ W.T (B k-major, the kernels' _kk variants) with an explicit sm_80 algo, f32 C */
+static void kiln_f16_kk(world *g, kiln_matmul_algo algo) {
+  linear l;
+  linear_init(&l, g, g->h_a, g->h_w, {kDLFloat, 16, 1}, g->hk_c, 32);
+  kiln_matmul_opts o = kiln_matmul_opts_default();
+  o.algo = algo;
+  if (kiln_matmul(g->ctx, &l.a, &l.b, &l.c, &o, (CUstream)g->s) != KILN_OK) {
+    fprintf(stderr, "kiln_matmul: %s\n", kiln_last_error());
+    exit(1);
+  }
+}
+static void kiln_mma_sync_kk(world *g, const char *) { kiln_f16_kk(g, KILN_MATMUL_MMA_SYNC); }
+static void kiln_cp_async_kk(world *g, const char *) { kiln_f16_kk(g, KILN_MATMUL_CP_ASYNC); }
 static void kiln_f16_f32(world *g, const char *) { kiln_f16_to(g, g->hk_c, 32); }
 
 static void probe(world *g, const char *) {
@@ -168,7 +223,9 @@ static void gap(world *g, const char *arg) { idle_gap<<<1, 1, 0, g->s>>>((unsign
 
 /* A sequence is a string of steps, e.g. "c g50 k": c cuBLAS int8, k kiln int8, f cuBLAS f16,
  * F kiln f16 (f16 C), h / H the same into f32 C, p clock probe, gD idle D us, m / r a memset /
- * read of scratch, I a kernel of ~300 KB of code on every SM, K kiln int8 into f16 C. Each round runs the sequence once; every step is timed. */
+ * read of scratch, I a kernel of ~300 KB of code on every SM, K kiln int8 into f16 C, M / A kiln
+ * MMA_SYNC / CP_ASYNC f16 -> f32 and n cuBLAS f16 -> f32 in kiln-bench matmul's layout (square
+ * shapes), U / V MMA_SYNC / CP_ASYNC f16 -> f32 as x @ W.T (B k-major). Each round runs the sequence once; every step is timed. */
 typedef void (*step_fn)(world *, const char *);
 static step_fn step_of(const char *tok, const char **arg) {
   *arg = tok + 1;
@@ -185,6 +242,11 @@ static step_fn step_of(const char *tok, const char **arg) {
   case 'r': return read_scratch;
   case 'I': return flush_icache;
   case 'K': return kiln_int8_f16;
+  case 'M': return kiln_mma_sync;
+  case 'A': return kiln_cp_async;
+  case 'n': return cublas_bench;
+  case 'U': return kiln_mma_sync_kk;
+  case 'V': return kiln_cp_async_kk;
   }
   fprintf(stderr, "unknown step %s\n", tok);
   exit(1);
@@ -270,8 +332,10 @@ int main(int argc, char **argv) {
   CK(cudaMalloc(&g.w, nw * ROT));
   CK(cudaMalloc(&g.c_kiln, nc * 4));
   CK(cudaMalloc(&g.c_cublas, nc * 4));
-  CK(cudaMalloc(&g.h_a, na * 2));
-  CK(cudaMalloc(&g.h_w, nw * 2));
+  g.f16_rot = getenv("PROBE_F16_ROT") ? atoi(getenv("PROBE_F16_ROT")) : 1;
+  if (g.f16_rot < 1) g.f16_rot = 1;
+  CK(cudaMalloc(&g.h_a, na * 2 * g.f16_rot));
+  CK(cudaMalloc(&g.h_w, nw * 2 * g.f16_rot));
   CK(cudaMalloc(&g.h_c, nc * 2));
   CK(cudaMalloc(&g.hk_c, nc * 4));
   CK(cudaMalloc(&g.hc_c, nc * 4));
@@ -280,21 +344,34 @@ int main(int argc, char **argv) {
   CK(cudaMemset(g.scratch, 1, 128 << 20));
   fill_random<<<1024, 256>>>(g.a, na * ROT, 1);
   fill_random<<<1024, 256>>>(g.w, nw * ROT, 2);
-  /* f16 operands: the int8 bytes' bit patterns would give NaNs; small random halves instead */
-  fill_random<<<1024, 256>>>((signed char *)g.h_a, na * 2, 3);
-  fill_random<<<1024, 256>>>((signed char *)g.h_w, nw * 2, 4);
-  CK(cudaDeviceSynchronize());
-  {
-    /* clear each half's exponent's top bits so every value is finite and small */
-    unsigned short *h = (unsigned short *)malloc(na * 2 > nw * 2 ? na * 2 : nw * 2);
-    for (int which = 0; which < 2; which++) {
-      const size_t n = which ? nw : na;
-      __half *p = which ? g.h_w : g.h_a;
-      CK(cudaMemcpy(h, p, n * 2, cudaMemcpyDeviceToHost));
-      for (size_t i = 0; i < n; i++) h[i] &= 0xBFFF; /* exponent < 16: |x| < 2 */
-      CK(cudaMemcpy(p, h, n * 2, cudaMemcpyHostToDevice));
+  const char *uniform = getenv("PROBE_F16_UNIFORM");
+  if (uniform && *uniform == '1') {
+    for (int r = 0; r < g.f16_rot; r++) {
+      fill_uniform_half<<<1024, 256>>>(g.h_a + (size_t)r * na, na, 3);
+      fill_uniform_half<<<1024, 256>>>(g.h_w + (size_t)r * nw, nw, 4);
     }
-    free(h);
+    CK(cudaDeviceSynchronize());
+  } else {
+    /* f16 operands: the int8 bytes' bit patterns would give NaNs; small random halves instead */
+    fill_random<<<1024, 256>>>((signed char *)g.h_a, na * 2, 3);
+    fill_random<<<1024, 256>>>((signed char *)g.h_w, nw * 2, 4);
+    CK(cudaDeviceSynchronize());
+    {
+      /* clear each half's exponent's top bits so every value is finite and small */
+      unsigned short *h = (unsigned short *)malloc(na * 2 > nw * 2 ? na * 2 : nw * 2);
+      for (int which = 0; which < 2; which++) {
+        const size_t n = which ? nw : na;
+        __half *p = which ? g.h_w : g.h_a;
+        CK(cudaMemcpy(h, p, n * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) h[i] &= 0xBFFF; /* exponent < 16: |x| < 2 */
+        CK(cudaMemcpy(p, h, n * 2, cudaMemcpyHostToDevice));
+      }
+      free(h);
+    }
+    for (int r = 1; r < g.f16_rot; r++) {
+      CK(cudaMemcpy(g.h_a + (size_t)r * na, g.h_a, na * 2, cudaMemcpyDeviceToDevice));
+      CK(cudaMemcpy(g.h_w + (size_t)r * nw, g.h_w, nw * 2, cudaMemcpyDeviceToDevice));
+    }
   }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -303,7 +380,7 @@ int main(int argc, char **argv) {
   printf("steps: c cuBLAS int8, k kiln int8 (WGMMA), f / F cuBLAS / kiln f16 -> f16, h / H f16 -> f32, gD idle D "
          "us, p clock probe, m / r memset 64 MB / read 128 MB of scratch\n");
   /* warm every kernel once (module loading is never timed) */
-  run_sequence(&g, "c k f F h H m r p g5 I K", 2);
+  run_sequence(&g, g.m == g.n && g.n == g.k ? "c k f F h H m r p g5 I K M A n U V" : "c k f F h H m r p g5 I K", 2);
   /* argv[5], if given: the sequences, separated by commas, instead of these */
   const char *seqs[64] = {
       "k",     "c",     "c k",   "k c",   "c g1000 k", "f k", "F k", "c F", "F", "f", "m k", "r k",
