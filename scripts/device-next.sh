@@ -21,6 +21,12 @@
 #                    layout test, one pass at 4096^3, HEAD's paired ratios
 #   v14 BASE RUNG... issue 3: MMA_SYNC paired and back to back, BASE and MMA_SYNC rungs (v14-*,
 #                    v15-*) interleaved twice, clocks sampled (about 2 minutes)
+#   sm80after HEAD   issue 3: the probe's launch sequences with MMA_SYNC / CP_ASYNC after cuBLAS,
+#                    an idle ms, an L2 sweep, a big-code kernel... and kiln-bench paired (2 min)
+#   sm80data HEAD    issue 3: the probe with kiln-bench's operand values and rotation (1 min)
+#   sm80long HEAD    issue 3: the probe's sequences over 400 rounds with the SM clock (1 min)
+#   handoff BASE RUNG...  issue 3 rung v17: MMA_SYNC / CP_ASYNC _kn (kiln-bench) and _kk (probe)
+#                    interleaved twice, paired once (3 min)
 #   mmaafter HEAD    issue 3: Nsight Compute (application replay) of MMA_SYNC back to back and
 #                    paired with cuBLAS, CP_ASYNC paired (about 4 minutes)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
@@ -329,6 +335,87 @@ v14)
     done
   done
   kill $smi
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+sm80after)
+  # issue 3: MMA_SYNC runs ~25 % slower in kiln-bench --paired than back to back, though half of
+  # a paired run's kiln calls follow a kiln call (rounds alternate K P | P K); Nsight Compute
+  # (mmaafter) saw no slowdown at all. scripts/probes/int8_after.cu's sequences with kiln's
+  # MMA_SYNC (M) and CP_ASYNC (A) f16 -> f32 and cuBLAS (n) in kiln-bench's layout, one operand
+  # copy, every launch timed: after itself, after cuBLAS, after an idle ms, an L2 sweep, a memset,
+  # a 300 KB-code kernel, kiln's WGMMA GEMM (H), and how long the effect lasts (n M M M).
+  # kiln-bench paired / unpaired beside it. About 2 minutes.
+  H=$2
+  gpu_info
+  timeout 150 "$H/tools/int8_after" 4096 4096 4096 30 \
+    "M,n,n M,M n,n n M,n M M M M,n g1000 M,n g20000 M,I M,M I M,n r M,r M,n m M,m M,H M,p M,n p p p p,M p p p p,A,n A,I A,A M,M A" \
+    >"$L/probe.txt" 2>&1
+  echo "probe: exit $?"
+  grep -vE '^steps|^c k f F' "$L/probe.txt"
+  for p in "" "--paired"; do
+    timeout 90 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 30 $p >"$L/bench$p.txt" 2>&1
+    grep -E '^matmul ' "$L/bench$p.txt"
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+sm80data)
+  # issue 3, after sm80after (2026-12-06: the probe's MMA_SYNC took 423-442 us after anything,
+  # cuBLAS included, while kiln-bench --paired still gave 521): what kiln-bench has that the probe
+  # had not. The probe with kiln-bench's uniform (-1, 1) operands and / or two rotating operand
+  # copies, sequences M, n M, and the paired pattern M n n M; kiln-bench beside it. About 1 minute.
+  H=$2
+  gpu_info
+  for cfg in "0 1" "1 1" "0 2" "1 2"; do
+    set -- $cfg
+    PROBE_F16_UNIFORM=$1 PROBE_F16_ROT=$2 timeout 60 "$H/tools/int8_after" 4096 4096 4096 30 \
+      "M,n M,M n n M,n,A,n A,A n n A" >"$L/probe-u$1-r$2.txt" 2>&1
+    echo "probe uniform=$1 rot=$2: exit $?"
+    grep -vE '^steps|^c k f F|^NVIDIA' "$L/probe-u$1-r$2.txt"
+  done
+  for p in "" "--paired"; do
+    timeout 90 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --dtype f16 --reps 30 $p >"$L/bench$p.txt" 2>&1
+    grep -E '^matmul ' "$L/bench$p.txt"
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+sm80long)
+  # issue 3, after sm80data (H200, 2026-12-06: no operand value or rotation made the probe's
+  # MMA_SYNC slow after cuBLAS; the probe idles 20 ms before each sequence and runs ~40 ms, the
+  # paired benchmark runs ~130 ms of load). Long sequences (400 rounds, ~0.5 s each, medians of the
+  # last 3/4) with the SM clock read after each round: steady state back to back and alternating
+  # with cuBLAS. About 1 minute.
+  H=$2
+  gpu_info
+  PROBE_F16_UNIFORM=1 PROBE_F16_ROT=2 timeout 120 "$H/tools/int8_after" 4096 4096 4096 400 \
+    "M p,n p,M n n M p,A p,A n n A p,M g400 n g400 n g400 M g400 p" >"$L/probe-long.txt" 2>&1
+  echo "probe: exit $?"
+  grep -vE '^steps|^c k f F|^NVIDIA' "$L/probe-long.txt"
+  timeout 90 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --dtype f16 --reps 30 --paired >"$L/bench.txt" 2>&1
+  grep -E '^matmul ' "$L/bench.txt"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+handoff)
+  # issue 3, rung v17 (KILN_GEMM_HANDOFF): BASE (main) and the rungs interleaved twice, kiln-bench
+  # MMA_SYNC and CP_ASYNC at 4096^3 (f16, bf16; the _kn kernels), then the probe's U / V (the same
+  # algos on x @ W.T, the _kk kernels, which the rung compiles without spills) back to back, and
+  # the paired ratios once. Each build needs its probe (scripts/int8-after-probe.sh). ~3 minutes.
+  shift
+  gpu_info
+  for pass in 1 2; do
+    for B in "$@"; do
+      n=$(basename "$B")
+      timeout 60 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --dtype all --reps 20 >"$L/$n-$pass.txt" 2>&1
+      timeout 60 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo cp_async --dtype all --reps 20 >>"$L/$n-$pass.txt" 2>&1
+      grep -E '^matmul ' "$L/$n-$pass.txt" | sed "s|^|$n/$pass |"
+      PROBE_F16_UNIFORM=1 timeout 60 "$B/tools/int8_after" 4096 4096 4096 30 "U,V,M,A" >"$L/$n-probe-$pass.txt" 2>&1
+      grep -E '^[UVMA] ' "$L/$n-probe-$pass.txt" | head -4 | sed "s|^|$n/$pass probe |"
+    done
+  done
+  for B in "$@"; do
+    n=$(basename "$B")
+    timeout 90 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --dtype all --reps 30 --paired >"$L/$n-paired.txt" 2>&1
+    grep -E '^matmul ' "$L/$n-paired.txt" | sed "s|^|$n/paired |"
+  done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 mmaafter)
