@@ -147,3 +147,25 @@ ladder_step gemm v14-mma-carveout0 "KILN_GEMM_MMA_CARVEOUT=0" 8463581^ scripts/r
 # more paired with cuBLAS if its slowdown there is load latency.
 ladder_step gemm v15-mma-l2ahead2 "KILN_GEMM_MMA_L2_AHEAD=2"
 ladder_step gemm v15-mma-l2ahead4 "KILN_GEMM_MMA_L2_AHEAD=4"
+# v16 (2026-12-06): v15 measured 6-10 % slower (H100). The probe (device-next.sh sm80long) showed
+# MMA_SYNC's paired slowdown is the SM clock shared with cuBLAS (1770 MHz alternating, 1920
+# alone, 1590 under cuBLAS alone), so MMA_SYNC must get faster per cycle. Its profile: per 128x256x32
+# slice a warp issues 64 HMMA + 16 LDSM and ~97 instructions of fetch (address arithmetic, 6
+# LDG.128), all before the ring wait, a basic block of its own: no HMMA issues from that warp
+# meanwhile, and a scheduler has two warps. KILN_GEMM_MMA_LATE_FETCH=1 fetches interior slices
+# after the wait under a predicate, in the MMAs' block, for ptxas to interleave. Predicted: +5-15 %
+# MMA_SYNC at 4096^3, 0 spills. Measured (device-next.sh v14, H100): no effect (SASS: the loads
+# moved after the wait, their arithmetic stayed ahead of the MMAs); not taken, kept as a patch.
+ladder_step gemm v16-mma-late "KILN_GEMM_MMA_LATE_FETCH=1" b3b72cb scripts/rungs/gemm-v16-mma-late.patch
+# v17 (2026-12-06): v16's SASS shows each slice starting with the ring wait, then ~50
+# instructions and the first ldmatrix, whose latency (~30 cycles) the first HMMA waits out; the
+# profile (v11, f16 4096^3) puts 43 % of warp samples on fixed-latency waits, 22 % on HMMAs
+# spaced by one warp's issue limit, while the tensor pipe is busy only 6 % (math throttle): a
+# scheduler's two warps rarely issue HMMAs together. KILN_GEMM_HANDOFF=1 (WarpTile::slice) waits
+# for slice kt+1 and loads its first fragments before slice kt's last MMAs, so a warp goes from
+# one slice's MMAs to the next's without a gap. Costs 32 registers live across the fetch and
+# put: ptxas spills 8 bytes (kn), 28-40 (mk, mn) in MMA_SYNC, 8 in CP_ASYNC mk; kk none.
+# Predicted: +5-10 % at 4096^3 if the gap is what keeps the pipe idle. Measured (device-next.sh
+# handoff, H100): MMA_SYNC 6 % slower (_kn), unchanged (_kk, no spills); CP_ASYNC 30 % slower
+# (its next slice is often still in flight). Not taken, kept as a patch.
+ladder_step gemm v17-handoff "KILN_GEMM_HANDOFF=1" b3b72cb scripts/rungs/gemm-v17-handoff.patch
