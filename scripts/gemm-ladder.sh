@@ -169,3 +169,10 @@ ladder_step gemm v16-mma-late "KILN_GEMM_MMA_LATE_FETCH=1" b3b72cb scripts/rungs
 # handoff, H100): MMA_SYNC 6 % slower (_kn), unchanged (_kk, no spills); CP_ASYNC 30 % slower
 # (its next slice is often still in flight). Not taken, kept as a patch.
 ladder_step gemm v17-handoff "KILN_GEMM_HANDOFF=1" b3b72cb scripts/rungs/gemm-v17-handoff.patch
+# v18 (2026-12-06): MMA_SYNC warp-specialized on sm_90a (KILN_GEMM_MMA_WS=1): a fourth
+# warpgroup does every load (synchronous ld.global, st.shared into the ring), the 8 MMA warps only
+# wait, ldmatrix and mma (setmaxnreg 120 / 192). Predicted: the MMA warps' issue freed of ~100
+# instructions a slice, +20-40 % if the loaders keep up. Measured (device-next.sh v12q, H100):
+# correct and sanitizer-clean, 13 % slower: one slice in flight per loader thread (48 registers)
+# is latency-bound, and two do not fit the register file beside the MMA warps. Not taken.
+ladder_step gemm v18-mma-ws "KILN_GEMM_MMA_WS=1" b3b72cb scripts/rungs/gemm-v18-mma-ws.patch
