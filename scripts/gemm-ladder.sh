@@ -176,3 +176,13 @@ ladder_step gemm v17-handoff "KILN_GEMM_HANDOFF=1" b3b72cb scripts/rungs/gemm-v1
 # correct and sanitizer-clean, 13 % slower: one slice in flight per loader thread (48 registers)
 # is latency-bound, and two do not fit the register file beside the MMA warps. Not taken.
 ladder_step gemm v18-mma-ws "KILN_GEMM_MMA_WS=1" b3b72cb scripts/rungs/gemm-v18-mma-ws.patch
+# v19 (2026-12-06): the profile's samples per slice and warp (~1577 cycles, f16 4096^3): ~520 in
+# its 64 HMMAs (one warp issues one every ~8 cycles), ~300 on the fetch's 64-bit address chains
+# (fixed-latency waits on IMAD / LEA / IADD3: the window origin A + m0·lda + k0 and the thread's
+# offset rebuilt every slice, registers being too few to keep them), ~250 on ring waits and
+# stores waiting for loads. KILN_GEMM_MMA_PTRS=1 computes each thread's first-chunk pointers once
+# per tile and adds kt slices' advance (one 64-bit multiply-add); edge windows as before.
+# ptxas: 238-248 registers (from 240-250), 0 spills. Predicted: +3-10 % at 4096^3. Measured
+# (device-next.sh handoff, H100): 4 % slower; ptxas rebuilds the ldmatrix addresses from %tid
+# every slice instead. Not taken, kept as a patch.
+ladder_step gemm v19-mma-ptrs "KILN_GEMM_MMA_PTRS=1" b3b72cb scripts/rungs/gemm-v19-mma-ptrs.patch
