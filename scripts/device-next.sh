@@ -27,6 +27,8 @@
 #   sm80long HEAD    issue 3: the probe's sequences over 400 rounds with the SM clock (1 min)
 #   handoff BASE RUNG...  issue 3 rung v17: MMA_SYNC / CP_ASYNC _kn (kiln-bench) and _kk (probe)
 #                    interleaved twice, paired once (3 min)
+#   state HEAD       main against SDPA (attention --quick), cuBLAS (matmul paired 1024-8192^3)
+#                    and cuBLASLt (int8 paired 4096^3) in one call (4 min)
 #   mmaafter HEAD    issue 3: Nsight Compute (application replay) of MMA_SYNC back to back and
 #                    paired with cuBLAS, CP_ASYNC paired (about 4 minutes)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
@@ -416,6 +418,20 @@ handoff)
     timeout 90 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --dtype all --reps 30 --paired >"$L/$n-paired.txt" 2>&1
     grep -E '^matmul ' "$L/$n-paired.txt" | sed "s|^|$n/paired |"
   done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+state)
+  # Main's standing against the peers in one call (for a session's closing note): SDPA flash and
+  # kiln's attention (--quick, f16 and bf16, issue 8), the dense GEMMs paired with cuBLAS at
+  # 1024^3-8192^3 (issue 4) and int8 paired with cuBLASLt at 4096^3 (issue 5). About 4 minutes.
+  H=$2
+  gpu_info
+  timeout 200 python3 scripts/bench_sdpa.py --quick --dtype all >"$L/sdpa.txt" 2>"$L/sdpa.err"
+  echo "bench_sdpa: exit $?"
+  bench_run attn "$H" '^attention' attention --quick --dtype all --peer "$L/sdpa.txt"
+  BENCH_TIMEOUT=150 bench_run matmul "$H" '^matmul ' matmul --shape 1024x1024x1024 --shape 2048x2048x2048 \
+    --shape 4096x4096x4096 --shape 8192x8192x8192 --algo auto --dtype all --paired --reps 40
+  BENCH_TIMEOUT=60 bench_run int8 "$H" '^int8 ' int8 --shape 4096x4096x4096 --algo wgmma --paired --reps 30
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 mmaafter)
