@@ -202,6 +202,16 @@ struct TileLoader {
     }
   }
 
+  /* An interior window's chunks into registers, from this thread's first chunk src (interior_src,
+   * or a pointer the caller advances slice by slice). */
+  KILN_DEVICE void load_interior(Regs &regs, const T *src) const {
+    const int64_t step = STEP * ld;
+#pragma unroll
+    for (int it = 0; it < ITERS; it++)
+      asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(regs[it].x), "=r"(regs[it].y), "=r"(regs[it].z), "=r"(regs[it].w)
+                   : "l"(src + it * step));
+  }
   /* Register-staged path: VEC uses one 16-byte load per full chunk (aligned rows); otherwise
    * (and for chunks cut by the edge) elements are loaded one by one. Words are assembled in
    * 32-bit registers from a zeroed start, so an element never loaded is exactly zero.
@@ -212,13 +222,7 @@ struct TileLoader {
   template <bool VEC>
   KILN_DEVICE void load(Regs &regs, int tid) const {
     if (VEC && interior()) { /* as async_copy_interior: one pointer, a constant stride, no tests */
-      const T *src = interior_src(tid);
-      const int64_t step = STEP * ld;
-#pragma unroll
-      for (int it = 0; it < ITERS; it++)
-        asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(regs[it].x), "=r"(regs[it].y), "=r"(regs[it].z), "=r"(regs[it].w)
-                     : "l"(src + it * step));
+      load_interior(regs, interior_src(tid));
       return;
     }
 #pragma unroll
@@ -382,13 +386,16 @@ KILN_DEVICE void load_b_frag_pair(uint32_t (&b0)[2], uint32_t (&b1)[2], const T 
 }
 
 /* One BK slice of the warp's (MT*16 x NT*8) product from the stage's A and B tiles (A_K / B_K:
- * how the tiles are stored in shared memory). Fragments are double-buffered across the k steps
- * (Mma::K elements each): step ks+1's ldmatrix are issued before step ks's MMAs, so
- * shared-memory latency overlaps the tensor-core work. */
-template <class Mma, bool A_K, bool B_K, int BM, int BN, int BK, int MT, int NT>
+ * how the tiles are stored in shared memory). With NB = 2 fragments are double-buffered across
+ * the k steps (Mma::K elements each): step ks+1's ldmatrix are issued before step ks's MMAs, so
+ * shared-memory latency overlaps the tensor-core work. NB = 1 loads each step's fragments right
+ * before its MMAs, leaving that latency to the scheduler's other warp, for 32 registers fewer
+ * (MT = 4, NT = 8), which a feed short of registers can spend better (gemm_block). */
+template <class Mma, bool A_K, bool B_K, int BM, int BN, int BK, int MT, int NT, int NB = 2>
 KILN_DEVICE void warp_mma_slice(typename Mma::Acc (&acc)[MT][NT][4], const typename Mma::Elem *sa,
                                 const typename Mma::Elem *sb, int wm0, int wn0, int lane) {
-  uint32_t a[2][MT][4], b[2][NT][2];
+  static_assert(NB == 1 || NB == 2, "one or two fragment buffers");
+  uint32_t a[NB][MT][4], b[NB][NT][2];
   auto load = [&](int buf, int ks) {
 #pragma unroll
     for (int i = 0; i < MT; i++) load_a_frag<A_K, BM, BK>(a[buf][i], sa, wm0 + i * 16, ks, lane);
@@ -399,8 +406,9 @@ KILN_DEVICE void warp_mma_slice(typename Mma::Acc (&acc)[MT][NT][4], const typen
   load(0, 0);
 #pragma unroll
   for (int step = 0; step < BK / Mma::K; step++) {
-    const int cur = step % 2;
-    if (step + 1 < BK / Mma::K) load(cur ^ 1, (step + 1) * Mma::K);
+    const int cur = step % NB;
+    if (NB == 1 && step > 0) load(0, step * Mma::K);
+    if (NB == 2 && step + 1 < BK / Mma::K) load(cur ^ 1, (step + 1) * Mma::K);
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
@@ -640,6 +648,19 @@ struct Operands {
     else
       b.async_copy(sb, tid);
   }
+  /* The K extent left from k0 (what interior() needs), without the windows' origins. */
+  template <class P>
+  KILN_DEVICE void extent(const P &p, int k0) {
+    if (A_K) a.cols_left = p.k - k0;
+    else a.rows_left = p.k - k0;
+    if (B_K) b.cols_left = p.k - k0;
+    else b.rows_left = p.k - k0;
+  }
+  /* Elements between the windows of consecutive K slices. */
+  template <class P>
+  static KILN_DEVICE int64_t a_advance(const P &p) { return A_K ? BK : (int64_t)BK * p.a_cs; }
+  template <class P>
+  static KILN_DEVICE int64_t b_advance(const P &p) { return B_K ? BK : (int64_t)BK * p.b_rs; }
   template <class P>
   KILN_DEVICE void slice(const T *A, const T *B, const P &p, int m0, int n0, int k0) {
     if (A_K) {
@@ -717,8 +738,33 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
     constexpr bool VEC = FEED == Feed::RegisterStaged;
     typename Ops::LA::Regs ra;
     typename Ops::LB::Regs rb;
+    /* The 16-bit register-staged feed (MMA_SYNC f16 / bf16) is bounded by registers: its warps
+     * hold a 64 x 64 accumulator, the fragments and a slice in flight, and ptxas rebuilds
+     * addresses every slice rather than keep them (rungs v15-v19). So it single-buffers the
+     * fragments (FRAG_BUFFERS) and spends registers on PTRS instead: its vector loads of interior
+     * windows start from this thread's first chunk at slice 0, advanced by kt slices, rather than
+     * rebuilding the window origin and the thread's offset in 64-bit arithmetic every slice; edge
+     * windows load as before (rung v20: 1-5 % faster at 4096^3 on an H100, docs/performance.md;
+     * either part alone gains nothing or loses; CP_ASYNC lost 3-5 % with one fragment buffer, and
+     * the _scalar variants, which cannot use PTRS, keep two). */
+    constexpr bool PTRS = FEED == Feed::RegisterStaged && sizeof(T) == 2 && KILN_GEMM_MMA_L2_AHEAD == 0;
+    constexpr int FRAG_BUFFERS = PTRS ? 1 : 2;
+    const T *a_src = nullptr, *b_src = nullptr;
+    if constexpr (PTRS) {
+      op.slice(A, B, p, m0, n0, 0);
+      a_src = op.a.interior_src(tid);
+      b_src = op.b.interior_src(tid);
+    }
     auto fetch = [&](int kt) {
-      if constexpr (FEED != Feed::CpAsync) {
+      if constexpr (PTRS) {
+        op.extent(p, kt * BK);
+        const bool ia = op.a.interior(), ib = op.b.interior();
+        if (!ia || !ib) op.slice(A, B, p, m0, n0, kt * BK);
+        if (ia) op.a.load_interior(ra, a_src + kt * Ops::a_advance(p));
+        else op.a.template load<VEC>(ra, tid);
+        if (ib) op.b.load_interior(rb, b_src + kt * Ops::b_advance(p));
+        else op.b.template load<VEC>(rb, tid);
+      } else if constexpr (FEED != Feed::CpAsync) {
         if (KILN_GEMM_MMA_L2_AHEAD > 0 && kt + KILN_GEMM_MMA_L2_AHEAD < nk) {
           op.slice(A, B, p, m0, n0, (kt + KILN_GEMM_MMA_L2_AHEAD) * BK);
           op.a.prefetch_l2(tid);
@@ -760,8 +806,8 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
       const bool more = kt + AHEAD < nk;
       if (more) fetch(kt + AHEAD); /* register loads complete while the MMAs below run */
       mbar_wait(&ring[st], (g / STAGES) & 1);
-      warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT>(acc, sa + st * A_ELEMS, sb + st * B_ELEMS, wm0,
-                                                                    wn0, lane);
+      warp_mma_slice<Mma, Ops::SA_K, Ops::SB_K, BM, BN, BK, MT, NT, FRAG_BUFFERS>(acc, sa + st * A_ELEMS,
+                                                                                  sb + st * B_ELEMS, wm0, wn0, lane);
       mbar_arrive(&ring[STAGES + st]);
       if (more) put(g + AHEAD, kt + AHEAD);
     }

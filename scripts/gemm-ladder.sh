@@ -186,3 +186,14 @@ ladder_step gemm v18-mma-ws "KILN_GEMM_MMA_WS=1" b3b72cb scripts/rungs/gemm-v18-
 # (device-next.sh handoff, H100): 4 % slower; ptxas rebuilds the ldmatrix addresses from %tid
 # every slice instead. Not taken, kept as a patch.
 ladder_step gemm v19-mma-ptrs "KILN_GEMM_MMA_PTRS=1" b3b72cb scripts/rungs/gemm-v19-mma-ptrs.patch
+# v20 (2026-12-06): if the register file bounds MMA_SYNC (v15-v19), give it registers: the warp
+# fragments single-buffered (KILN_GEMM_FRAG_BUFFERS=1, 32 registers fewer; each k step's ldmatrix
+# right before its MMAs, their latency left to the scheduler's other warp; rung v1 found the
+# double buffer worth 0-1.5 % before the ring); -ptrs adds v19's per-thread pointers, which then
+# need not be paid for with rebuilt ldmatrix addresses. ptxas: 246-252 / 244-249 registers, 0
+# spills. Predicted: v20 -2 to +3 %, v20-ptrs +3-8 % if the freed registers stop the rebuilding.
+# Measured (device-next.sh handoff, H100): v20 0-1 % (CP_ASYNC 3-5 % slower), v20-ptrs MMA_SYNC
+# 3-5 % faster. Main since 2026-12-06 for MMA_SYNC's vector kernels only (no macros: gemm_block's
+# PTRS and FRAG_BUFFERS); these rungs build from the tree before it with the patches' macros.
+ladder_step gemm v20-frag1 "KILN_GEMM_FRAG_BUFFERS=1" 95d345a scripts/rungs/gemm-v20-frag.patch
+ladder_step gemm v20-frag1-ptrs "KILN_GEMM_FRAG_BUFFERS=1;KILN_GEMM_MMA_PTRS=1" 95d345a "scripts/rungs/gemm-v19-mma-ptrs.patch scripts/rungs/gemm-v20-frag.patch"
