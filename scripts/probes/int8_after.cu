@@ -154,23 +154,14 @@ static void cublas_f16_to(world *g, void *c, cudaDataType_t ct) {
 static void cublas_f16(world *g, const char *) { cublas_f16_to(g, g->h_c, CUDA_R_16F); }
 static void cublas_f16_f32(world *g, const char *) { cublas_f16_to(g, g->hc_c, CUDA_R_32F); }
 
-static void kiln_f16_to(world *g, void *cp, int c_bits) {
+/* kiln's f16 GEMM into c: x @ W.T (B k-major, the kernels' _kk variants), or with kn kiln-bench
+ * matmul's A [M,K] · B [K,N] row-major (h_w read as [K,N], square shapes only; the _kn kernels),
+ * rotating through PROBE_F16_ROT operand copies as kiln-bench does. */
+static void kiln_f16_call(world *g, void *c, int c_bits, kiln_matmul_algo algo, bool kn) {
+  const int r = kn ? g->kiln_iter++ % g->f16_rot : 0;
   linear l;
-  linear_init(&l, g, g->h_a, g->h_w, {kDLFloat, 16, 1}, cp, c_bits);
-  kiln_matmul_opts o = kiln_matmul_opts_default();
-  if (kiln_matmul(g->ctx, &l.a, &l.b, &l.c, &o, (CUstream)g->s) != KILN_OK) {
-    fprintf(stderr, "kiln_matmul: %s\n", kiln_last_error());
-    exit(1);
-  }
-}
-/* kiln-bench matmul's layout: A [M,K] and B [K,N] row-major (h_w read as [K,N]; square shapes
- * only), f32 C, an explicit sm_80 algo: issue 3's MMA_SYNC / CP_ASYNC after other kernels. */
-static void kiln_f16_algo(world *g, kiln_matmul_algo algo) {
-  const int r = g->kiln_iter++ % g->f16_rot;
-  linear l;
-  linear_init(&l, g, g->h_a + (size_t)r * g->m * g->k, g->h_w + (size_t)r * g->n * g->k, {kDLFloat, 16, 1}, g->hk_c,
-              32);
-  l.bst[0] = g->n, l.bst[1] = 1;
+  linear_init(&l, g, g->h_a + (size_t)r * g->m * g->k, g->h_w + (size_t)r * g->n * g->k, {kDLFloat, 16, 1}, c, c_bits);
+  if (kn) l.bst[0] = g->n, l.bst[1] = 1;
   kiln_matmul_opts o = kiln_matmul_opts_default();
   o.algo = algo;
   if (kiln_matmul(g->ctx, &l.a, &l.b, &l.c, &o, (CUstream)g->s) != KILN_OK) {
@@ -178,8 +169,10 @@ static void kiln_f16_algo(world *g, kiln_matmul_algo algo) {
     exit(1);
   }
 }
-static void kiln_mma_sync(world *g, const char *) { kiln_f16_algo(g, KILN_MATMUL_MMA_SYNC); }
-static void kiln_cp_async(world *g, const char *) { kiln_f16_algo(g, KILN_MATMUL_CP_ASYNC); }
+static void kiln_mma_sync(world *g, const char *) { kiln_f16_call(g, g->hk_c, 32, KILN_MATMUL_MMA_SYNC, true); }
+static void kiln_cp_async(world *g, const char *) { kiln_f16_call(g, g->hk_c, 32, KILN_MATMUL_CP_ASYNC, true); }
+static void kiln_mma_sync_kk(world *g, const char *) { kiln_f16_call(g, g->hk_c, 32, KILN_MATMUL_MMA_SYNC, false); }
+static void kiln_cp_async_kk(world *g, const char *) { kiln_f16_call(g, g->hk_c, 32, KILN_MATMUL_CP_ASYNC, false); }
 /* cuBLAS in kiln-bench's call: column-major C^T = B^T A^T with both operands not transposed. */
 static void cublas_bench(world *g, const char *) {
   const float alpha = 1, beta = 0;
@@ -191,21 +184,8 @@ static void cublas_bench(world *g, const char *) {
   if (st != CUBLAS_STATUS_SUCCESS) fprintf(stderr, "cublasGemmEx: %d\n", (int)st), exit(1);
 }
 
-static void kiln_f16(world *g, const char *) { kiln_f16_to(g, g->h_c, 16); }
-/* x @ W.T (B k-major, the kernels' _kk variants) with an explicit sm_80 algo, f32 C */
-static void kiln_f16_kk(world *g, kiln_matmul_algo algo) {
-  linear l;
-  linear_init(&l, g, g->h_a, g->h_w, {kDLFloat, 16, 1}, g->hk_c, 32);
-  kiln_matmul_opts o = kiln_matmul_opts_default();
-  o.algo = algo;
-  if (kiln_matmul(g->ctx, &l.a, &l.b, &l.c, &o, (CUstream)g->s) != KILN_OK) {
-    fprintf(stderr, "kiln_matmul: %s\n", kiln_last_error());
-    exit(1);
-  }
-}
-static void kiln_mma_sync_kk(world *g, const char *) { kiln_f16_kk(g, KILN_MATMUL_MMA_SYNC); }
-static void kiln_cp_async_kk(world *g, const char *) { kiln_f16_kk(g, KILN_MATMUL_CP_ASYNC); }
-static void kiln_f16_f32(world *g, const char *) { kiln_f16_to(g, g->hk_c, 32); }
+static void kiln_f16(world *g, const char *) { kiln_f16_call(g, g->h_c, 16, KILN_MATMUL_AUTO, false); }
+static void kiln_f16_f32(world *g, const char *) { kiln_f16_call(g, g->hk_c, 32, KILN_MATMUL_AUTO, false); }
 
 static void probe(world *g, const char *) {
   if (g->probes >= PROBE_SLOTS) fprintf(stderr, "out of probe slots\n"), exit(1);
