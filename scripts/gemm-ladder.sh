@@ -197,3 +197,8 @@ ladder_step gemm v19-mma-ptrs "KILN_GEMM_MMA_PTRS=1" b3b72cb scripts/rungs/gemm-
 # PTRS and FRAG_BUFFERS); these rungs build from the tree before it with the patches' macros.
 ladder_step gemm v20-frag1 "KILN_GEMM_FRAG_BUFFERS=1" 95d345a scripts/rungs/gemm-v20-frag.patch
 ladder_step gemm v20-frag1-ptrs "KILN_GEMM_FRAG_BUFFERS=1;KILN_GEMM_MMA_PTRS=1" 95d345a "scripts/rungs/gemm-v19-mma-ptrs.patch scripts/rungs/gemm-v20-frag.patch"
+# v21 (2026-12-06): v20's per-thread pointers for CP_ASYNC's interior cp.async too
+# (KILN_GEMM_CPA_PTRS=1): its put rebuilds the window origin and interior_src every slice as
+# MMA_SYNC's fetch did. ptxas: 244-254 registers (from 234-244), 0 spills. Predicted: 0-4 %.
+# Measured (device-next.sh handoff, H100): _kn 2-3 % faster, _kk 5 % slower. Not taken.
+ladder_step gemm v21-cpa-ptrs "KILN_GEMM_CPA_PTRS=1" 4eb7dc0 scripts/rungs/gemm-v21-cpa-ptrs.patch
