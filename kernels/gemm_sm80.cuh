@@ -174,16 +174,6 @@ struct TileLoader {
     for (int it = 0; it < ITERS; it++)
       cp_async_16(dst + (uint32_t)(it * STEP * PITCH * (int)sizeof(T)), src + it * step, 16);
   }
-  /* Rung v15 (KILN_GEMM_MMA_L2_AHEAD): an interior window's lines into L2 ahead of the
-   * register-staged loads that will read them; no registers, nothing waits. Other windows (edge
-   * tiles, rare) are skipped, so no address outside the matrix is touched. */
-  KILN_DEVICE void prefetch_l2(int tid) const {
-    if (!interior()) return;
-    const T *src = interior_src(tid);
-    const int64_t step = STEP * ld;
-#pragma unroll
-    for (int it = 0; it < ITERS; it++) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src + it * step));
-  }
   /* Whether the window's column edge cuts a chunk: only then has patch_edge() work. Uniform
    * across the block. */
   KILN_DEVICE bool has_partial_chunks() const { return cols_left < COLS && cols_left % EPC != 0; }
@@ -321,7 +311,6 @@ struct TransposingLoader {
       }
     }
   }
-  KILN_DEVICE void prefetch_l2(int) const {} /* TileLoader's rung v15: not for transposed bytes */
   KILN_DEVICE void store(uint8_t *s, const Regs &regs, int tid) const {
 #pragma unroll
     for (int it = 0; it < ITERS; it++) {
@@ -747,7 +736,7 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
      * windows load as before (rung v20: 1-5 % faster at 4096^3 on an H100, docs/performance.md;
      * either part alone gains nothing or loses; CP_ASYNC lost 3-5 % with one fragment buffer, and
      * the _scalar variants, which cannot use PTRS, keep two). */
-    constexpr bool PTRS = FEED == Feed::RegisterStaged && sizeof(T) == 2 && KILN_GEMM_MMA_L2_AHEAD == 0;
+    constexpr bool PTRS = FEED == Feed::RegisterStaged && sizeof(T) == 2;
     constexpr int FRAG_BUFFERS = PTRS ? 1 : 2;
     const T *a_src = nullptr, *b_src = nullptr;
     if constexpr (PTRS) {
@@ -765,11 +754,6 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
         if (ib) op.b.load_interior(rb, b_src + kt * Ops::b_advance(p));
         else op.b.template load<VEC>(rb, tid);
       } else if constexpr (FEED != Feed::CpAsync) {
-        if (KILN_GEMM_MMA_L2_AHEAD > 0 && kt + KILN_GEMM_MMA_L2_AHEAD < nk) {
-          op.slice(A, B, p, m0, n0, (kt + KILN_GEMM_MMA_L2_AHEAD) * BK);
-          op.a.prefetch_l2(tid);
-          op.b.prefetch_l2(tid);
-        }
         op.slice(A, B, p, m0, n0, kt * BK);
         op.a.template load<VEC>(ra, tid);
         op.b.template load<VEC>(rb, tid);

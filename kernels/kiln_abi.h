@@ -114,11 +114,6 @@ typedef struct kiln_gemm_args {
 #ifndef KILN_GEMM_MMA_AHEAD
 #define KILN_GEMM_MMA_AHEAD 0
 #endif
-/* Rung v15 (gemm_sm80.cuh): MMA_SYNC prefetches into L2 the slice this many slices after the one
- * it loads into registers (0: off), so that its one-slice-ahead loads find L2, not DRAM. */
-#ifndef KILN_GEMM_MMA_L2_AHEAD
-#define KILN_GEMM_MMA_L2_AHEAD 0
-#endif
 /* arch: the device's compute capability as major * 10 + minor (kiln_context's arch; in a kernel,
  * KILN_IMAGE_ARCH). */
 #define KILN_GEMM_STAGES(cpa, arch) \

@@ -139,14 +139,16 @@ ladder_step gemm v12-cpa-ahead2 "KILN_GEMM_CPA_AHEAD=2"
 # Predicted: paired MMA_SYNC back near its back-to-back time if the guess holds; no change
 # back to back. Measured (device-next.sh v14): no effect; not taken, kept as a patch.
 ladder_step gemm v14-mma-carveout0 "KILN_GEMM_MMA_CARVEOUT=0" 8463581^ scripts/rungs/gemm-v14-mma-carveout.patch
-# v15 (2026-12-06, built, not yet measured): MMA_SYNC loads each slice into registers one slice
+# v15 (2026-12-06): MMA_SYNC loads each slice into registers one slice
 # ahead of its MMAs (~1700 cycles of them at 4096^3), and v11's profile put 5.5 % of its warp
 # samples on shared stores still waiting for those loads; a DRAM round trip under load can take
 # that long. KILN_GEMM_MMA_L2_AHEAD=D prefetches (prefetch.global.L2, interior windows only)
 # the slice D after the one being loaded, so the loads find L2. Predicted: a few % back to back;
 # more paired with cuBLAS if its slowdown there is load latency.
-ladder_step gemm v15-mma-l2ahead2 "KILN_GEMM_MMA_L2_AHEAD=2"
-ladder_step gemm v15-mma-l2ahead4 "KILN_GEMM_MMA_L2_AHEAD=4"
+# Measured (device-next.sh v14, H100): 6-10 % slower; not taken, removed from main after 80da638,
+# where these build from.
+ladder_step gemm v15-mma-l2ahead2 "KILN_GEMM_MMA_L2_AHEAD=2" 80da638
+ladder_step gemm v15-mma-l2ahead4 "KILN_GEMM_MMA_L2_AHEAD=4" 80da638
 # v16 (2026-12-06): v15 measured 6-10 % slower (H100). The probe (device-next.sh sm80long) showed
 # MMA_SYNC's paired slowdown is the SM clock shared with cuBLAS (1770 MHz alternating, 1920
 # alone, 1590 under cuBLAS alone), so MMA_SYNC must get faster per cycle. Its profile: per 128x256x32
