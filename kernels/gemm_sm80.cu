@@ -41,8 +41,8 @@ __device__ __forceinline__ void gemm(const kiln_gemm_args &p) {
 /* The exported kernels: one per (algo, dtype, A layout, B layout), named as kernel_list.h says. */
 #define KILN_GEMM_ENTRY(name, bf16, ak, bk, feed)                                                       \
   extern "C" __global__ void __launch_bounds__(                                                         \
-      KILN_GEMM_THREADS, kiln::Feed::feed == kiln::Feed::CpAsync ? KILN_GEMM_CPA_BLOCKS_PER_SM            \
-                                                                 : KILN_GEMM_MMA_BLOCKS_PER_SM)           \
+      kiln::Feed::feed == kiln::Feed::CpAsync ? KILN_GEMM_THREADS : KILN_GEMM_MMA_THREADS(KILN_IMAGE_ARCH), \
+      kiln::Feed::feed == kiln::Feed::CpAsync ? KILN_GEMM_CPA_BLOCKS_PER_SM : KILN_GEMM_MMA_BLOCKS_PER_SM)   \
       name(const kiln_gemm_args args) {                                                                 \
     kiln::gemm<bf16, ak, bk, kiln::Feed::feed>(args);                                                   \
   }

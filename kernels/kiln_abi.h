@@ -114,6 +114,21 @@ typedef struct kiln_gemm_args {
 #ifndef KILN_GEMM_MMA_AHEAD
 #define KILN_GEMM_MMA_AHEAD 0
 #endif
+/* MMA_SYNC on sm_90 (rungs v18, v22; gemm_sm80.cuh, gemm_fill): the 16-bit kernels get a fourth
+ * warpgroup of KILN_GEMM_MMA_WS_THREADS loaders, so their blocks have KILN_GEMM_MMA_THREADS(arch)
+ * threads there; setmaxnreg splits the 168 registers a thread of 384 starts with into
+ * KILN_GEMM_MMA_WS_FILL_REGS for the loaders (two slices of 48 in flight, 0 spills) and
+ * KILN_GEMM_MMA_WS_MMA_REGS for the MMA warps (the 64 x 64 accumulator is 128; below 184 ptxas
+ * rebuilds the ldmatrix addresses from %tid every slice, at 168 it spills).
+ * KILN_GEMM_MMA_WS 0 builds the plain form everywhere (the ladder's baseline). */
+#ifndef KILN_GEMM_MMA_WS
+#define KILN_GEMM_MMA_WS 1
+#endif
+#define KILN_GEMM_MMA_WS_THREADS 128
+#define KILN_GEMM_MMA_WS_FILL_REGS 136
+#define KILN_GEMM_MMA_WS_MMA_REGS 184
+#define KILN_GEMM_MMA_WS_ON(mma, arch) (KILN_GEMM_MMA_WS && (mma) && (arch) == 90)
+#define KILN_GEMM_MMA_THREADS(arch) (KILN_GEMM_THREADS + (KILN_GEMM_MMA_WS_ON(1, arch) ? KILN_GEMM_MMA_WS_THREADS : 0))
 /* arch: the device's compute capability as major * 10 + minor (kiln_context's arch; in a kernel,
  * KILN_IMAGE_ARCH). */
 #define KILN_GEMM_STAGES(cpa, arch) \

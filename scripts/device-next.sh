@@ -19,6 +19,14 @@
 #                    (rungs v12-*) interleaved twice, HEAD's paired ratios (about 5 minutes)
 #   v12q HEAD BASE OTHERS...  mode v12 in under 6 minutes: land's test run, sanitizers of the
 #                    layout test, one pass at 4096^3, HEAD's paired ratios
+#   v22 HEAD BASE OTHERS...  issue 3 / rung v22 (MMA_SYNC warp-specialized, two slices in flight
+#                    per loader thread): HEAD's GPU test programs (but LAND_SKIP's), memcheck of the layout, ragged,
+#                    backward and batched tests, racecheck and synccheck of the layout test, then
+#                    MMA_SYNC at 4096^3 of BASE, HEAD and OTHERS interleaved twice (every algo once
+#                    for BASE), 8192^3 once, paired ratios of BASE and HEAD (about 4 minutes)
+#   mmarungs BASE RUNG...  issue 3: MMA_SYNC f16 / bf16 at 4096^3 of BASE and the RUNGs interleaved
+#                    twice, 8192^3 once, and the SASS of kiln_gemm_mma_f16_kn for each build that
+#                    carries kernels/gemm_sm80.fatbin (about 2 minutes for six builds)
 #   v14 BASE RUNG... issue 3: MMA_SYNC paired and back to back, BASE and MMA_SYNC rungs (v14-*,
 #                    v15-*) interleaved twice, clocks sampled (about 2 minutes)
 #   sm80after HEAD   issue 3: the probe's launch sequences with MMA_SYNC / CP_ASYNC after cuBLAS,
@@ -112,6 +120,13 @@ gpu_test() { # gpu_test PROGRAM [ARGS...]: one test program into $L/NAME.log, it
     "$(grep -cE '^\[  FAILED  \]' "$log") FAILED, $(grep -cE '^\[  SKIPPED \]' "$log") skipped)" \
     "$(grep -m1 -E '^SKIP' "$log" | cut -c1-80)"
 }
+gpu_tests() { # gpu_tests BUILD: every GPU test program of BUILD (gpu_test) but those named in LAND_SKIP (default: the soak)
+  local t
+  for t in "$1"/tests/test_gpu_*; do
+    case " ${LAND_SKIP:-test_gpu_soak} " in *" $(basename "$t") "*) continue ;; esac
+    gpu_test "$t"
+  done
+}
 gpu_info() { # the card, its driver, clocks, temperature and power at the start of a mode
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 }
@@ -167,10 +182,7 @@ land)
   H=$2
   B=$3
   gpu_info
-  for t in "$H"/tests/test_gpu_*; do
-    case " ${LAND_SKIP:-test_gpu_soak} " in *" $(basename "$t") "*) continue ;; esac
-    gpu_test "$t"
-  done
+  gpu_tests "$H"
   memcheck "$H/tests/test_gpu_matmul" wgmma_stream_k "$L/memcheck-stream-k.log"
   memcheck "$H/tests/test_gpu_int4" "*prefill*" "$L/memcheck-int4-prefill.log"
   for b in "$B" "$H" "$B" "$H"; do
@@ -302,10 +314,7 @@ v12q)
   B=$3
   shift 3
   gpu_info
-  for t in "$H"/tests/test_gpu_*; do
-    case " ${LAND_SKIP:-test_gpu_soak} " in *" $(basename "$t") "*) continue ;; esac
-    gpu_test "$t"
-  done
+  gpu_tests "$H"
   memchecks "$H/tests/test_gpu_matmul" layouts_algos_dtypes
   layout_sanitizers "$H" racecheck
   if [ -x "$B/tests/test_gpu_matmul" ]; then # BASE's matmul tests too, when it has them (HEAD a rung on it)
@@ -317,6 +326,50 @@ v12q)
       --dtype all --reps 20
   done
   sm80_paired "$H"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+v22)
+  H=$2
+  B=$3
+  shift 3
+  gpu_info
+  gpu_tests "$H"
+  memchecks "$H/tests/test_gpu_matmul" layouts_algos_dtypes ragged_shapes backward_ragged batched
+  layout_sanitizers "$H" racecheck synccheck
+  BENCH_TIMEOUT=60 bench_run all "$B" '^matmul ' matmul --shape 4096x4096x4096 --algo all --dtype all --reps 20
+  for pass in 1 2; do
+    for b in "$B" "$H" "$@"; do
+      BENCH_TIMEOUT=60 bench_run "mma-$pass" "$b" '^matmul ' matmul --shape 4096x4096x4096 --algo mma_sync \
+        --dtype all --reps 20
+    done
+  done
+  for b in "$B" "$H" "$@"; do
+    BENCH_TIMEOUT=60 bench_run big "$b" '^matmul ' matmul --shape 8192x8192x8192 --shape 2048x2048x2048 \
+      --algo mma_sync --dtype all --reps 10
+  done
+  for b in "$B" "$H"; do
+    BENCH_TIMEOUT=90 bench_run paired "$b" '^matmul ' matmul --shape 4096x4096x4096 --algo mma_sync --dtype all \
+      --paired --reps 30
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+mmarungs)
+  gpu_info
+  shift
+  for pass in 1 2; do
+    for b in "$@"; do
+      BENCH_TIMEOUT=60 bench_run "mma-$pass" "$b" '^matmul ' matmul --shape 4096x4096x4096 --algo mma_sync \
+        --dtype all --reps 20
+    done
+  done
+  for b in "$@"; do
+    BENCH_TIMEOUT=60 bench_run big "$b" '^matmul ' matmul --shape 8192x8192x8192 --algo mma_sync --dtype all --reps 10
+    if [ -f "$b/kernels/gemm_sm80.fatbin" ]; then
+      cuobjdump -sass -fun kiln_gemm_mma_f16_kn "$b/kernels/gemm_sm80.fatbin" >"$L/sass-$(basename "$b").txt" 2>&1
+      echo "$(basename "$b") SASS: $(grep -cE '^ +/\*[0-9a-f]{4}\*/' "$L/sass-$(basename "$b").txt") instructions," \
+        "$(grep -c HMMA "$L/sass-$(basename "$b").txt") HMMA, $(grep -c 'S2R' "$L/sass-$(basename "$b").txt") S2R"
+    fi
+  done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 v14)

@@ -204,3 +204,19 @@ ladder_step gemm v20-frag1-ptrs "KILN_GEMM_FRAG_BUFFERS=1;KILN_GEMM_MMA_PTRS=1" 
 # MMA_SYNC's fetch did. ptxas: 244-254 registers (from 234-244), 0 spills. Predicted: 0-4 %.
 # Measured (device-next.sh handoff, H100): _kn 2-3 % faster, _kk 5 % slower. Not taken.
 ladder_step gemm v21-cpa-ptrs "KILN_GEMM_CPA_PTRS=1" 4eb7dc0 scripts/rungs/gemm-v21-cpa-ptrs.patch
+# v22 (2026-12-06): v18's loader warpgroup with two slices in flight per loader thread (slice kt+1
+# loaded before slice kt is stored), the loader lean enough to hold them (96 registers): per-thread
+# pointers for interior windows, edge loads along the thread's column of chunks, stores at one
+# address plus offsets. setmaxnreg FILL / MMA: ws2 152 / 176, r184 136 / 184 (main's since),
+# r192 120 / 192; ws1: one slice in flight at 152 / 176. Predicted +10-20 % at 4096^3 (v18 was
+# loader-bound: 512 slices x ~1800 cycles); measured (device-next.sh v22 and mmarungs, H100):
+# 3-5 % (ws2, r184, r192 alike), ws1 4-7 % slower. Main since 2026-12-06 as r184.
+W22="KILN_GEMM_MMA_WS=1;KILN_GEMM_MMA_WS_NB=1"
+ladder_step gemm v22-ws1 "$W22;KILN_GEMM_MMA_WS_DEPTH=1;KILN_GEMM_MMA_WS_FILL_REGS=152;KILN_GEMM_MMA_WS_MMA_REGS=176" 6cdb5cf scripts/rungs/gemm-v22-ws.patch
+ladder_step gemm v22-ws2 "$W22;KILN_GEMM_MMA_WS_DEPTH=2;KILN_GEMM_MMA_WS_FILL_REGS=152;KILN_GEMM_MMA_WS_MMA_REGS=176" 6cdb5cf scripts/rungs/gemm-v22-ws.patch
+ladder_step gemm v22-r184 "$W22;KILN_GEMM_MMA_WS_DEPTH=2;KILN_GEMM_MMA_WS_FILL_REGS=136;KILN_GEMM_MMA_WS_MMA_REGS=184" 6cdb5cf scripts/rungs/gemm-v22-ws.patch
+ladder_step gemm v22-r192 "$W22;KILN_GEMM_MMA_WS_DEPTH=2;KILN_GEMM_MMA_WS_FILL_REGS=120;KILN_GEMM_MMA_WS_MMA_REGS=192" 6cdb5cf scripts/rungs/gemm-v22-ws.patch
+# v23 (2026-12-06): r184's loader loads with a cache qualifier, .cg (cg) or .L1::no_allocate (na):
+# Nsight Compute put L1 at 76 % with the loads' fills through it. Measured: within the spread.
+ladder_step gemm v23-cg "$W22;KILN_GEMM_MMA_WS_DEPTH=2;KILN_GEMM_MMA_WS_FILL_REGS=136;KILN_GEMM_MMA_WS_MMA_REGS=184;KILN_GEMM_LDG_HINT=1" 6cdb5cf scripts/rungs/gemm-v22-ws.patch
+ladder_step gemm v23-na "$W22;KILN_GEMM_MMA_WS_DEPTH=2;KILN_GEMM_MMA_WS_FILL_REGS=136;KILN_GEMM_MMA_WS_MMA_REGS=184;KILN_GEMM_LDG_HINT=2" 6cdb5cf scripts/rungs/gemm-v22-ws.patch

@@ -252,7 +252,8 @@ static kiln_status gemm_run(const kiln_context *ctx, const char *op, kiln_matrix
   const kiln_kernel_id kernel = gemm_kernel(algo, wg_bn, wg_pair, false, KILN_IS_BF16(A.dtype), a_k, b_k, aligned);
   const unsigned smem = (unsigned)(cpa ? cpa_tiles : mma_tiles); /* dynamic: the tiles */
   void *params[] = {&args};
-  return kiln_launch(ctx, kernel, (unsigned)tiles, 1, gz, KILN_GEMM_THREADS, smem, stream, params, op);
+  const unsigned threads = cpa ? KILN_GEMM_THREADS : KILN_GEMM_MMA_THREADS(ctx->arch);
+  return kiln_launch(ctx, kernel, (unsigned)tiles, 1, gz, threads, smem, stream, params, op);
 }
 
 /* ------------------------------------------------------------------------------------------ */
