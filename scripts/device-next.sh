@@ -23,7 +23,8 @@
 #                    per loader thread): HEAD's GPU test programs (but LAND_SKIP's), memcheck of the layout, ragged,
 #                    backward and batched tests, racecheck and synccheck of the layout test, then
 #                    MMA_SYNC at 4096^3 of BASE, HEAD and OTHERS interleaved twice (every algo once
-#                    for BASE), 8192^3 once, paired ratios of BASE and HEAD (about 4 minutes)
+#                    for BASE and HEAD), 8192^3 once, paired ratios of BASE's MMA_SYNC and HEAD's
+#                    MMA_SYNC and CP_ASYNC (about 4 minutes)
 #   mmarungs BASE RUNG...  issue 3: MMA_SYNC f16 / bf16 at 4096^3 of BASE and the RUNGs interleaved
 #                    twice, 8192^3 once, and the SASS of kiln_gemm_mma_f16_kn for each build that
 #                    carries kernels/gemm_sm80.fatbin (about 2 minutes for six builds)
@@ -336,7 +337,9 @@ v22)
   gpu_tests "$H"
   memchecks "$H/tests/test_gpu_matmul" layouts_algos_dtypes ragged_shapes backward_ragged batched
   layout_sanitizers "$H" racecheck synccheck
-  BENCH_TIMEOUT=60 bench_run all "$B" '^matmul ' matmul --shape 4096x4096x4096 --algo all --dtype all --reps 20
+  for b in "$B" "$H"; do
+    BENCH_TIMEOUT=60 bench_run all "$b" '^matmul ' matmul --shape 4096x4096x4096 --algo all --dtype all --reps 20
+  done
   for pass in 1 2; do
     for b in "$B" "$H" "$@"; do
       BENCH_TIMEOUT=60 bench_run "mma-$pass" "$b" '^matmul ' matmul --shape 4096x4096x4096 --algo mma_sync \
@@ -347,10 +350,9 @@ v22)
     BENCH_TIMEOUT=60 bench_run big "$b" '^matmul ' matmul --shape 8192x8192x8192 --shape 2048x2048x2048 \
       --algo mma_sync --dtype all --reps 10
   done
-  for b in "$B" "$H"; do
-    BENCH_TIMEOUT=90 bench_run paired "$b" '^matmul ' matmul --shape 4096x4096x4096 --algo mma_sync --dtype all \
-      --paired --reps 30
-  done
+  BENCH_TIMEOUT=90 bench_run paired "$B" '^matmul ' matmul --shape 4096x4096x4096 --algo mma_sync --dtype all \
+    --paired --reps 30
+  sm80_paired "$H"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 mmarungs)

@@ -220,3 +220,7 @@ ladder_step gemm v22-r192 "$W22;KILN_GEMM_MMA_WS_DEPTH=2;KILN_GEMM_MMA_WS_FILL_R
 # Nsight Compute put L1 at 76 % with the loads' fills through it. Measured: within the spread.
 ladder_step gemm v23-cg "$W22;KILN_GEMM_MMA_WS_DEPTH=2;KILN_GEMM_MMA_WS_FILL_REGS=136;KILN_GEMM_MMA_WS_MMA_REGS=184;KILN_GEMM_LDG_HINT=1" 6cdb5cf scripts/rungs/gemm-v22-ws.patch
 ladder_step gemm v23-na "$W22;KILN_GEMM_MMA_WS_DEPTH=2;KILN_GEMM_MMA_WS_FILL_REGS=136;KILN_GEMM_MMA_WS_MMA_REGS=184;KILN_GEMM_LDG_HINT=2" 6cdb5cf scripts/rungs/gemm-v22-ws.patch
+# v24 (2026-12-06): the loaders' lanes walk down the rows of a tile with 4 chunks a row, so that a
+# store phase of 8 lanes writes 8 rows (v22's profile: 2 wavefronts per such store). Measured
+# (device-next.sh mmarungs, H100): 15-20 % slower. Not taken.
+ladder_step gemm v24-lanerows "KILN_GEMM_MMA_WS_LANE_ROWS=1" 93b8429 scripts/rungs/gemm-v24-lane-rows.patch
