@@ -224,3 +224,7 @@ ladder_step gemm v23-na "$W22;KILN_GEMM_MMA_WS_DEPTH=2;KILN_GEMM_MMA_WS_FILL_REG
 # store phase of 8 lanes writes 8 rows (v22's profile: 2 wavefronts per such store). Measured
 # (device-next.sh mmarungs, H100): 15-20 % slower. Not taken.
 ladder_step gemm v24-lanerows "KILN_GEMM_MMA_WS_LANE_ROWS=1" 93b8429 scripts/rungs/gemm-v24-lane-rows.patch
+# v25 (2026-12-06): v22's MMA warps with double-buffered fragments at 192 registers, loaders at
+# 120 (v22's profile: 18 % of the MMA warps' stalls wait for ldmatrix). Measured (mmarungs,
+# H100): within the spread. Not taken.
+ladder_step gemm v25-nb2 "KILN_GEMM_MMA_WS=1;KILN_GEMM_MMA_WS_DEPTH=2;KILN_GEMM_MMA_WS_FILL_REGS=120;KILN_GEMM_MMA_WS_MMA_REGS=192;KILN_GEMM_MMA_WS_NB=2" 6cdb5cf scripts/rungs/gemm-v22-ws.patch
