@@ -228,3 +228,6 @@ ladder_step gemm v24-lanerows "KILN_GEMM_MMA_WS_LANE_ROWS=1" 93b8429 scripts/run
 # 120 (v22's profile: 18 % of the MMA warps' stalls wait for ldmatrix). Measured (mmarungs,
 # H100): within the spread. Not taken.
 ladder_step gemm v25-nb2 "KILN_GEMM_MMA_WS=1;KILN_GEMM_MMA_WS_DEPTH=2;KILN_GEMM_MMA_WS_FILL_REGS=120;KILN_GEMM_MMA_WS_MMA_REGS=192;KILN_GEMM_MMA_WS_NB=2" 6cdb5cf scripts/rungs/gemm-v22-ws.patch
+# v26 (2026-12-06): a k step's MMAs with the B fragment outer, A inner. Measured (mmarungs, H100,
+# two calls): within the spread. Not taken.
+ladder_step gemm v26-ni "KILN_GEMM_MMA_ORDER_NI=1" 01d195b scripts/rungs/gemm-v26-order-ni.patch
