@@ -675,6 +675,23 @@ struct Operands {
   static KILN_DEVICE int64_t a_advance(const P &p) { return A_K ? BK : (int64_t)BK * p.a_cs; }
   template <class P>
   static KILN_DEVICE int64_t b_advance(const P &p) { return B_K ? BK : (int64_t)BK * p.b_rs; }
+  /* Slice kt into registers (register-staged feeds) for a thread whose first chunks at slice 0
+   * are a_src / b_src (interior_src): interior windows load from those pointers advanced by kt
+   * slices, without rebuilding the window origins; edge windows (and every window without VEC)
+   * take the loaders' element path, along the thread's column of chunks with STEPPED. */
+  template <bool VEC, bool STEPPED, class P>
+  KILN_DEVICE void fetch(typename LA::Regs &ra, typename LB::Regs &rb, const T *A, const T *B, const P &p, int m0,
+                         int n0, int kt, const T *a_src, const T *b_src, int tid) {
+    extent(p, kt * BK);
+    const bool ia = VEC && a.interior(), ib = VEC && b.interior();
+    if (!ia || !ib) slice(A, B, p, m0, n0, kt * BK);
+    if (ia) a.load_interior(ra, a_src + kt * a_advance(p));
+    else if constexpr (STEPPED) a.template load_stepped<VEC>(ra, tid);
+    else a.template load<VEC>(ra, tid);
+    if (ib) b.load_interior(rb, b_src + kt * b_advance(p));
+    else if constexpr (STEPPED) b.template load_stepped<VEC>(rb, tid);
+    else b.template load<VEC>(rb, tid);
+  }
   template <class P>
   KILN_DEVICE void slice(const T *A, const T *B, const P &p, int m0, int n0, int k0) {
     if (A_K) {
@@ -733,13 +750,7 @@ KILN_DEVICE void gemm_fill(const P &p, int m0, int n0, int nk, T *sa, T *sb, uin
     typename Ops::LA::Regs ra[2];
     typename Ops::LB::Regs rb[2];
     auto fetch = [&](int kt, int set) {
-      op.extent(p, kt * BK);
-      const bool ia = VEC && op.a.interior(), ib = VEC && op.b.interior();
-      if (!ia || !ib) op.slice(A, B, p, m0, n0, kt * BK);
-      if (ia) op.a.load_interior(ra[set], a_src + kt * Ops::a_advance(p));
-      else op.a.template load_stepped<VEC>(ra[set], ftid);
-      if (ib) op.b.load_interior(rb[set], b_src + kt * Ops::b_advance(p));
-      else op.b.template load_stepped<VEC>(rb[set], ftid);
+      op.template fetch<VEC, true>(ra[set], rb[set], A, B, p, m0, n0, kt, a_src, b_src, ftid);
     };
     auto put = [&](int kt, int set) {
       const uint32_t g = slices + kt;
@@ -821,16 +832,6 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
 
     Ops op(p, m0, n0);
 
-    /* The ring through mbarriers (rungs v10, v11): no block-wide barrier per slice. A warp waits
-     * only for the slice it reads (`full`) and, before refilling a stage, for every thread to have
-     * read the stage's previous slice (`empty`), so warps drift apart (below) and their ldmatrix
-     * bursts and barrier waits no longer line up at every slice.
-     * Slice g of the block (counted across batches) uses stage g % STAGES, parity g / STAGES % 2.
-     * Slice kt+AHEAD is fetched before slice kt's MMAs (register-staged feeds: loaded into
-     * registers) and put into its stage after them (cp.async: copied; registers: stored), once
-     * every thread has read slice kt+AHEAD-STAGES there: warps may drift STAGES-AHEAD slices
-     * apart. AHEAD = STAGES-1 keeps the most slices in flight; register-staged feeds hold one
-     * slice in registers whatever AHEAD, so a smaller AHEAD only buys drift (kiln_abi.h). */
     if constexpr (WS) { /* the fillers (gemm_fill) load; these warps only consume */
 #pragma unroll 1
       for (int kt = 0; kt < nk; kt++) {
@@ -845,6 +846,16 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
       Epilogue::store(acc, p, C, m0 + wm0, n0 + wn0, lane);
       continue; /* no block barrier: the fillers have left; the ring orders every stage's reuse */
     }
+    /* The ring through mbarriers (rungs v10, v11): no block-wide barrier per slice. A warp waits
+     * only for the slice it reads (`full`) and, before refilling a stage, for every thread to have
+     * read the stage's previous slice (`empty`), so warps drift apart (below) and their ldmatrix
+     * bursts and barrier waits no longer line up at every slice.
+     * Slice g of the block (counted across batches) uses stage g % STAGES, parity g / STAGES % 2.
+     * Slice kt+AHEAD is fetched before slice kt's MMAs (register-staged feeds: loaded into
+     * registers) and put into its stage after them (cp.async: copied; registers: stored), once
+     * every thread has read slice kt+AHEAD-STAGES there: warps may drift STAGES-AHEAD slices
+     * apart. AHEAD = STAGES-1 keeps the most slices in flight; register-staged feeds hold one
+     * slice in registers whatever AHEAD, so a smaller AHEAD only buys drift (kiln_abi.h). */
     constexpr int AHEAD_SET = FEED == Feed::CpAsync ? KILN_GEMM_CPA_AHEAD : KILN_GEMM_MMA_AHEAD;
     constexpr int AHEAD = AHEAD_SET > 0 && AHEAD_SET < STAGES ? AHEAD_SET : STAGES - 1;
     constexpr bool VEC = FEED == Feed::RegisterStaged;
@@ -869,13 +880,7 @@ KILN_DEVICE void gemm_block(const P &p, int group_m) {
     }
     auto fetch = [&](int kt) {
       if constexpr (PTRS) {
-        op.extent(p, kt * BK);
-        const bool ia = op.a.interior(), ib = op.b.interior();
-        if (!ia || !ib) op.slice(A, B, p, m0, n0, kt * BK);
-        if (ia) op.a.load_interior(ra, a_src + kt * Ops::a_advance(p));
-        else op.a.template load<VEC>(ra, tid);
-        if (ib) op.b.load_interior(rb, b_src + kt * Ops::b_advance(p));
-        else op.b.template load<VEC>(rb, tid);
+        op.template fetch<VEC, false>(ra, rb, A, B, p, m0, n0, kt, a_src, b_src, tid);
       } else if constexpr (FEED != Feed::CpAsync) {
         op.slice(A, B, p, m0, n0, kt * BK);
         op.a.template load<VEC>(ra, tid);
