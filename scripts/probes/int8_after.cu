@@ -358,7 +358,9 @@ int main(int argc, char **argv) {
   printf("%s, %d SMs; %lld x %lld x %lld int8 -> kiln f32 / cuBLAS int32, %d rounds (medians of the last 3/4)\n",
          prop.name, g.sms, (long long)g.m, (long long)g.n, (long long)g.k, rounds);
   printf("steps: c cuBLAS int8, k kiln int8 (WGMMA), f / F cuBLAS / kiln f16 -> f16, h / H f16 -> f32, gD idle D "
-         "us, p clock probe, m / r memset 64 MB / read 128 MB of scratch\n");
+         "us, p clock probe, m / r memset 64 MB / read 128 MB of scratch, I big-code kernel, K kiln int8 -> f16, "
+         "M / A kiln MMA_SYNC / CP_ASYNC and n cuBLAS f16 -> f32 (kiln-bench's layout), U / V MMA_SYNC / CP_ASYNC "
+         "as x @ W.T\n");
   /* warm every kernel once (module loading is never timed) */
   run_sequence(&g, g.m == g.n && g.n == g.k ? "c k f F h H m r p g5 I K M A n U V" : "c k f F h H m r p g5 I K", 2);
   /* argv[5], if given: the sequences, separated by commas, instead of these */
