@@ -52,6 +52,11 @@
 #                    BASE: main's): test_gpu_attention, memcheck and racecheck of the backward
 #                    tests, SDPA flash once, then kiln-bench attention --quick --dtype all with the
 #                    SDPA peer, BASE and HEAD interleaved twice (about 6 minutes)
+#   bwdwide BASE BUILD...  issue 8: the D = 64 backward's kernels with a third consumer warpgroup
+#                    (rungs dq3, dq3b64, kv3): each BUILD with tests/ gets test_gpu_attention and
+#                    memcheck / racecheck of backward_shapes, then SDPA flash at D = 64 once and
+#                    kiln-bench attention --head-dim 64 --quick --dtype all with that peer, BASE and
+#                    every BUILD interleaved twice (about 7 minutes for four builds)
 #   epi HEAD BASE OTHERS...  (done 2026-12-05) issue 5: rungs e4 / e5 (slimmer staged epilogue): HEAD's tests and memcheck,
 #                    probe sequences and paired int8 / matmul beside BASE (main) and OTHERS
 #   icache HEAD      (done 2026-12-05) issue 5: the int8 GEMM's slowdown after other kernels against the instruction
@@ -190,6 +195,30 @@ land)
     timeout 60 "$b/tools/kiln-bench" matmul --shape 2048x8192x28672 --shape 8192x8192x8192 --algo wgmma --dtype f16 \
       --paired --stream-k on --reps 20 >"$L/sk-$(basename "$b").txt" 2>&1
     echo "$(basename "$b") stream-K: $(grep -E '^matmul ' "$L/sk-$(basename "$b").txt" | awk '{printf "%s %s %s | ", $2, $5, $NF}')"
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+bwdwide)
+  B=$2
+  shift 2
+  gpu_info
+  for b in "$@"; do
+    [ -x "$b/tests/test_gpu_attention" ] || continue
+    (
+      L="$L/$(basename "$b")" && mkdir -p "$L"
+      gpu_test "$b/tests/test_gpu_attention"
+      memcheck "$b/tests/test_gpu_attention" "backward_shapes" "$L/memcheck-backward.log"
+      KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        "$b/tests/test_gpu_attention" --filter backward_shapes >"$L/racecheck-backward.log" 2>&1
+      echo "racecheck backward_shapes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/racecheck-backward.log"))"
+    )
+  done
+  timeout 120 python3 scripts/bench_sdpa.py --quick --dtype all --head-dims 64 >"$L/sdpa.txt" 2>"$L/sdpa.err"
+  echo "bench_sdpa: exit $?"
+  for pass in 1 2; do
+    for b in "$B" "$@"; do
+      bench_run "attn-$pass" "$b" '^attention' attention --quick --head-dim 64 --dtype all --peer "$L/sdpa.txt"
+    done
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;

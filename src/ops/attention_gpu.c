@@ -426,15 +426,15 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
     if ((a->dk || a->dv) &&
         (st = launch_wgmma(ctx, op, &args,
                            family_kernel(KILN_K_ATTN_BWD_DKDV_WG_f16_D64, KILN_K_ATTN_BWD_DKDV_WG_bf16_D64, a),
-                           (unsigned)((a->sk + KILN_ATTN_WG_KV_BN - 1) / KILN_ATTN_WG_KV_BN), (unsigned)a->hkv,
-                           KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM(dp),
-                           KILN_ATTN_WG_KV_BN, true, false, stream)))
+                           (unsigned)((a->sk + KILN_ATTN_WG_KV_BN(dp) - 1) / KILN_ATTN_WG_KV_BN(dp)), (unsigned)a->hkv,
+                           KILN_ATTN_WG_KV_THREADS(dp), (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM(dp),
+                           KILN_ATTN_WG_KV_BN(dp), true, false, stream)))
       return st;
     if (a->dq)
       return launch_wgmma(ctx, op, &args,
                           family_kernel(KILN_K_ATTN_BWD_DQ_WG_f16_D64, KILN_K_ATTN_BWD_DQ_WG_bf16_D64, a),
-                          (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
-                          KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp), KILN_ATTN_WG_BM,
+                          (unsigned)((a->sq + KILN_ATTN_WG_DQ_BM(dp) - 1) / KILN_ATTN_WG_DQ_BM(dp)), (unsigned)a->hq,
+                          KILN_ATTN_WG_DQ_THREADS(dp), (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp), KILN_ATTN_WG_DQ_BM(dp),
                           KILN_ATTN_WG_DQ_BN(dp), true, KILN_ATTN_BWD_PDL && (a->dk || a->dv), stream);
     return KILN_OK;
   }
