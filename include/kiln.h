@@ -609,10 +609,11 @@ typedef struct kiln_attention_opts {
   int causal;               /* 0 or 1, see above */
   int deterministic;        /* 0 or 1 (checked by the forward too); backward: 1 = the same bits on
                              * every run (no atomics). The CPU path is deterministic either way. */
-  int tile_m;               /* 0: the forward's query tile chosen per problem (default). With algo
-                             * FLASH_WGMMA, 128 or 192 forces the sm_90a forward's query rows per
-                             * block (192: the wide configuration, head dims <= 64 only), for tests
-                             * and tuning; other algos take only 0. The backward ignores it. */
+  int tile_m;               /* 0: the query tile chosen per problem (default). With algo
+                             * FLASH_WGMMA, 128 or 192 forces the query rows per block of the sm_90a
+                             * forward and of the backward's dQ kernel (192: their wide
+                             * configurations, head dims <= 64 only), for tests and tuning; other
+                             * algos take only 0. */
 } kiln_attention_opts;
 
 KILN_API kiln_attention_opts kiln_attention_opts_default(void);

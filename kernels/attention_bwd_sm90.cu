@@ -14,7 +14,9 @@
  *          The step's LSE (log2 units, +inf for padded rows or rows that saw no key) and delta
  *          are staged in shared memory by the consumers, behind a named barrier.
  *   dQ:    a block owns 128 query rows (64 per consumer); Q and dO are loaded once, K and V
- *          stream through the ring (64 or 128 keys per step):
+ *          stream through the ring (64 or 128 keys per step); the wide D = 64 configuration has a
+ *          third consumer warpgroup (192 rows, 64 keys per step), so that two warpgroups'
+ *          elementwise work runs under the third's products:
  *            S = Q_w·Kᵀ, dP = dO_w·Vᵀ; dS = P ∘ (dP − delta); dQ += dS·K (K n-major)
  * dK, dQ are scaled by `scale` at the end; every store is predicated (rows < S, columns < D).
  *
@@ -32,9 +34,7 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
                                           const CUtensorMap *map_v, const CUtensorMap *map_do) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  constexpr int NC = KILN_ATTN_WG_KV_NC(DP), BN = KILN_ATTN_WG_KV_BN(DP), BM = KILN_ATTN_WG_KV_BM(DP),
-                STAGES = KILN_ATTN_WG_BWD_STAGES;
-  static_assert(NC == 2 || (NC == 3 && BM == 64), "three warpgroups fit their registers with 64 query rows a step");
+  constexpr int BN = KILN_ATTN_WG_KV_BN, BM = KILN_ATTN_WG_KV_BM(DP), STAGES = KILN_ATTN_WG_BWD_STAGES;
   constexpr int FIXED = BN * DP * 2, RING = STAGES * 2 * BM * DP * 2;
   static_assert(KILN_ATTN_WG_KV_SMEM_BYTES(DP) >= 2 * FIXED + RING + 1024 + (1 + 3 * STAGES) * 8 + 4 * BM * 4,
                 "smem budget");
@@ -50,20 +50,20 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
   const int q_first = p.causal ? max(0, k0 - shift) : 0;
   const int qb_first = q_first / BM, per_head = q_first < p.sq ? (p.sq + BM - 1) / BM - qb_first : 0;
   const int steps = group * per_head;
-  init_barriers<STAGES, NC>(kv_full);
+  init_barriers<STAGES>(kv_full);
   /* the dQ kernel, launched as a programmatic dependent (attention_gpu.c, KILN_ATTN_BWD_PDL), may
    * start on the SMs this grid's last wave leaves idle; a no-op otherwise */
   if (threadIdx.x == 0) pdl_launch_dependents();
 
   if (wg == 0) { /* producer */
-    producer_registers<NC == 2 ? 40 : 24>();
+    producer_registers();
     if (t == 0)
       produce<DP, BN, BM, STAGES, 2>(sk, map_k, map_v, k0, hk, b, kv_full, ring, map_q, map_do, q_full, do_full, empty,
                                      steps, [&](int step, int &row, int &head) {
                                        row = (qb_first + step % per_head) * BM, head = hk * group + step / per_head;
                                      });
   } else { /* consumers */
-    consumer_registers<NC == 3 ? 160 : 232>(); /* 4 x 32 x 24 + 12 x 32 x 160 <= 64 K registers */
+    consumer_registers();
     const int cw = wg - 1, ct = threadIdx.x - 128, warp = t / 32, lane = t % 32;
     float dk[DP / 2], dv[DP / 2], st[BM / 2], dpt[BM / 2];
     auto &dk4 = *reinterpret_cast<float(*)[DP / 8][4]>(dk);
@@ -95,7 +95,7 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
         const int row = q0 + ct - BM;
         delta[ct - BM] = row_delta(p, b, h, row);
       }
-      consumers_sync<NC>();
+      consumers_sync();
       wgmma_wait<1>();
 
       /* Pᵀ in place: keys past Sk (the last block) and, when causal, right of the diagonal (steps
@@ -131,7 +131,7 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
       for (int j = 0; j < BM / 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          const float pr = BM > 64 || NC > 2 ? unpack_half<BF16>(ap[j / 2][(j % 2) * 2 + (e >> 1)], e & 1) : st4[j][e];
+          const float pr = BM > 64 ? unpack_half<BF16>(ap[j / 2][(j % 2) * 2 + (e >> 1)], e & 1) : st4[j][e];
           dpt4[j][e] = pr * (dpt4[j][e] - delta[j * 8 + (lane % 4) * 2 + (e & 1)]);
         }
 #pragma unroll
@@ -158,23 +158,19 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
 #endif
 }
 
-template <bool BF16, int DP>
+/* NC consumer warpgroups of 64 query rows, BN keys a step, shared memory SMEM_BYTES: the FLASH
+ * configuration (NC = 2) and the wide D = 64 one (NC = 3, BN = 64; kiln_abi.h). */
+template <bool BF16, int DP, int NC, int BN, size_t SMEM_BYTES>
 __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorMap *map_q, const CUtensorMap *map_k,
                                         const CUtensorMap *map_v, const CUtensorMap *map_do) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  constexpr int NC = KILN_ATTN_WG_DQ_NC(DP), BM = KILN_ATTN_WG_DQ_BM(DP), BN = KILN_ATTN_WG_DQ_BN(DP),
-                STAGES = KILN_ATTN_WG_BWD_STAGES;
-  /* Three warpgroups get 160 registers a thread: S and dP of 128 keys (64 each) no longer fit
-   * beside dQ, so S is turned into P's A fragments before dP is issued (the other warpgroups'
-   * products fill the pipe meanwhile). */
-  constexpr bool SEQ = NC > 2 && BN > 64;
-  /* Tuning rung (KILN_TUNE_DEFS KILN_ATTN_WG_DQ_OVERLAP=1): a step's dQ product is left running
-   * under the next step's S and dP instead of being waited for at the step's end. */
-  constexpr bool OVERLAP = KILN_ATTN_WG_DQ_OVERLAP && !SEQ;
+  constexpr int BM = 64 * NC, STAGES = KILN_ATTN_WG_BWD_STAGES;
   constexpr int FIXED = BM * DP * 2, RING = STAGES * 2 * BN * DP * 2;
-  static_assert(NC == 2 || NC == 3, "two or three consumer warpgroups");
-  static_assert(KILN_ATTN_WG_DQ_SMEM_BYTES(DP) >= 2 * FIXED + RING + 1024 + (1 + 3 * STAGES) * 8, "smem budget");
+  /* three warpgroups have 160 registers a thread: S and dP of 64 keys (32 each), dQ (32) and the
+   * dS fragments (16) fit, those of 128 keys do not */
+  static_assert(NC == 2 || (NC == 3 && BN <= 64), "two consumer warpgroups, or three with 64 keys a step");
+  static_assert(SMEM_BYTES >= 2 * FIXED + RING + 1024 + (1 + 3 * STAGES) * 8, "smem budget");
   extern __shared__ uint8_t smem_raw[];
   uint8_t *sq = smem_base(smem_raw), *sdo = sq + FIXED, *ring = sq + 2 * FIXED; /* slot s: K, then V */
   uint64_t *qdo_full = (uint64_t *)(ring + RING), *k_full = qdo_full + 1, *v_full = k_full + STAGES,
@@ -215,23 +211,9 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
       const uint32_t phase = (blk / STAGES) & 1;
       const uint8_t *skt = ring_tile<DP, BN>(ring, s, 0), *svt = ring_tile<DP, BN>(ring, s, 1);
 
-      /* S = Q_w·Kᵀ and dP = dO_w·Vᵀ, two commit groups: P is computed while dP runs (SEQ: dP
-       * is issued once P is in its A fragments) */
-      if (SEQ) {
-        mbar_wait(&k_full[s], phase);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < DP / 16; ks++)
-          wgmma_m64k16<BN, BF16, 0, 0>(sc, kmajor_desc<BM>(sqw, ks), kmajor_desc<BN>(skt, ks), ks > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-      } else {
-        score_products<BN, BF16, BM, DP>(sc, dp, sqw, skt, &k_full[s], sdow, svt, &v_full[s], phase);
-        wgmma_wait<1>();
-        /* OVERLAP: the previous step's dQ product ran under these two; it has retired (the groups
-         * retire in order), so its K / V slot goes back now */
-        if (OVERLAP && blk > 0 && t == 0) mbar_arrive(&empty[(blk - 1) % STAGES]);
-      }
+      /* S = Q_w·Kᵀ and dP = dO_w·Vᵀ, two commit groups: P is computed while dP runs */
+      score_products<BN, BF16, BM, DP>(sc, dp, sqw, skt, &k_full[s], sdow, svt, &v_full[s], phase);
+      wgmma_wait<1>();
 
       /* P in place of S: keys past Sk or right of the diagonal (steps that hold any) get -inf
        * scores first; then dS in place of dP */
@@ -248,30 +230,12 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
       for (int j = 0; j < BN / 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) s4[j][e] = exp2_fast(fmaf(s4[j][e], sl2, -lse2[e >> 1]));
+      wgmma_wait<0>();
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dp4[j][e] = s4[j][e] * (dp4[j][e] - delta[e >> 1]);
       uint32_t ads[BN / 16][4];
-      if (SEQ) {
-        /* P rounded to 16 bits in ads (dS overwrites it below), then dP */
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(ads[kk], s4, kk);
-        mbar_wait(&v_full[s], phase);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < DP / 16; ks++)
-          wgmma_m64k16<BN, BF16, 0, 0>(dp, kmajor_desc<BM>(sdow, ks), kmajor_desc<BN>(svt, ks), ks > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-          for (int e = 0; e < 4; e++)
-            dp4[j][e] = unpack_half<BF16>(ads[j / 2][(j % 2) * 2 + (e >> 1)], e & 1) * (dp4[j][e] - delta[e >> 1]);
-      } else {
-        wgmma_wait<0>();
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) dp4[j][e] = s4[j][e] * (dp4[j][e] - delta[e >> 1]);
-      }
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(ads[kk], dp4, kk);
 
@@ -280,12 +244,9 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++) wgmma_rs_m64k16<DP, BF16, 1>(acc, ads[kk], nmajor_desc<BN>(skt, kk));
       wgmma_commit();
-      if (!OVERLAP) {
-        wgmma_wait<0>();
-        if (t == 0) mbar_arrive(&empty[s]);
-      }
+      wgmma_wait<0>();
+      if (t == 0) mbar_arrive(&empty[s]);
     }
-    if (OVERLAP) wgmma_wait<0>(); /* the last dQ product (its slot is not needed again) */
     /* dQ·scale through this warpgroup's rows of the Q tile */
     store_acc<DP, BM, BF16>(acc4, p.scale, sqw, p.dq, p.dq_dtype, b * p.dq_bs + h * p.dq_hs, p.dq_bs, p.dq_hs,
                             p.dq_ss, p.dq_ds, q0 + 64 * cw, p.sq, p.d, cw, t);
@@ -302,21 +263,31 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
 /* Both kernels take the same four maps; their boxes differ (dK/dV: K, V 128 rows, Q, dO BM;
  * dQ: Q, dO 128 rows, K, V WG_DQ_BN). */
 #define KILN_ATTN_WG_BWD_ENTRIES(dt, bf16, dp)                                                                 \
-  extern "C" __global__ void __launch_bounds__(KILN_ATTN_WG_KV_THREADS(dp), 1)                                 \
-      kiln_attn_bwd_dkdv_wgmma_##dt##_d##dp(                                                                   \
+  extern "C" __global__ void __launch_bounds__(KILN_ATTN_WG_THREADS, 1) kiln_attn_bwd_dkdv_wgmma_##dt##_d##dp( \
       const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                                    \
       const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,                    \
       const __grid_constant__ CUtensorMap map_do) {                                                            \
     kiln::attn::dkdv_sm90<bf16, dp>(args, &map_q, &map_k, &map_v, &map_do);                                    \
   }                                                                                                            \
-  extern "C" __global__ void __launch_bounds__(KILN_ATTN_WG_DQ_THREADS(dp), 1)                                 \
-      kiln_attn_bwd_dq_wgmma_##dt##_d##dp(                                                                     \
+  extern "C" __global__ void __launch_bounds__(KILN_ATTN_WG_THREADS, 1) kiln_attn_bwd_dq_wgmma_##dt##_d##dp(   \
       const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                                    \
       const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,                    \
       const __grid_constant__ CUtensorMap map_do) {                                                            \
-    kiln::attn::dq_sm90<bf16, dp>(args, &map_q, &map_k, &map_v, &map_do);                                      \
+    kiln::attn::dq_sm90<bf16, dp, 2, KILN_ATTN_WG_DQ_BN(dp), KILN_ATTN_WG_DQ_SMEM_BYTES(dp)>(args, &map_q, &map_k, \
+                                                                                          &map_v, &map_do);   \
+  }
+/* the wide D = 64 dQ kernel (kiln_abi.h WD_DQ_*) */
+#define KILN_ATTN_WD_DQ_ENTRY(dt, bf16)                                                                        \
+  extern "C" __global__ void __launch_bounds__(KILN_ATTN_WD_THREADS, 1) kiln_attn_bwd_dq_wide_##dt##_d64(      \
+      const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                                    \
+      const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,                    \
+      const __grid_constant__ CUtensorMap map_do) {                                                            \
+    kiln::attn::dq_sm90<bf16, 64, 3, KILN_ATTN_WD_DQ_BN, KILN_ATTN_WD_DQ_SMEM_BYTES>(args, &map_q, &map_k, &map_v, \
+                                                                                   &map_do);                  \
   }
 KILN_ATTN_WG_BWD_ENTRIES(f16, false, 64)
 KILN_ATTN_WG_BWD_ENTRIES(f16, false, 128)
 KILN_ATTN_WG_BWD_ENTRIES(bf16, true, 64)
 KILN_ATTN_WG_BWD_ENTRIES(bf16, true, 128)
+KILN_ATTN_WD_DQ_ENTRY(f16, false)
+KILN_ATTN_WD_DQ_ENTRY(bf16, true)

@@ -356,21 +356,16 @@ typedef struct kiln_attn_args {
  *          once, and walks the queries of its GQA group WG_KV_BM(dp) at a time (Q, dO in the
  *          ring): 128 for D = 64 (twice the work per step's fixed costs), 64 for D = 128 (the dK
  *          and dV accumulators take 128 registers).
- *   dQ:    a block owns WG_DQ_BM(dp) query rows (64 per consumer warpgroup: WG_DQ_NC(dp) of
- *          them, 2 by default), Q and dO loaded once, and walks the keys WG_DQ_BN(dp) at a time
- *          (K, V in the ring): 128 for D = 64, 64 for D = 128 (registers). */
+ *   dQ:    a block owns WG_BM = 128 query rows, Q and dO loaded once, and walks the keys
+ *          WG_DQ_BN(dp) at a time (K, V in the ring): 128 for D = 64, 64 for D = 128 (registers).
+ *          Its wide D = 64 configuration (attention_gpu.c's dq_wide_wins) owns WD_DQ_BM = 192
+ *          query rows with three consumer warpgroups (WD_THREADS, 160 registers a thread, as the
+ *          wide forward) and walks the keys 64 at a time, whose S, dP, dQ and dS fit those
+ *          registers: two warpgroups' exponentials and dS run under the third's products. */
+#define KILN_ATTN_WG_KV_BN 128
 #ifndef KILN_ATTN_WG_KV_BM_D64 /* the #ifndef values can be overridden for tuning (KILN_TUNE_DEFS) */
 #define KILN_ATTN_WG_KV_BM_D64 128
 #endif
-/* Tuning rung (KILN_TUNE_DEFS): 3 gives the D = 64 dK/dV kernel a third consumer warpgroup (192
- * keys a block, 160 registers a consumer thread; with KILN_ATTN_WG_KV_BM_D64 = 64, since 128
- * query rows a step do not fit those registers). */
-#ifndef KILN_ATTN_WG_KV_NC_D64
-#define KILN_ATTN_WG_KV_NC_D64 2
-#endif
-#define KILN_ATTN_WG_KV_NC(dp) ((dp) <= 64 ? KILN_ATTN_WG_KV_NC_D64 : 2)
-#define KILN_ATTN_WG_KV_BN(dp) (64 * KILN_ATTN_WG_KV_NC(dp))
-#define KILN_ATTN_WG_KV_THREADS(dp) (128 * (KILN_ATTN_WG_KV_NC(dp) + 1))
 #define KILN_ATTN_WG_KV_BM(dp) ((dp) <= 64 ? KILN_ATTN_WG_KV_BM_D64 : 64)
 #ifndef KILN_ATTN_WG_BWD_STAGES
 #define KILN_ATTN_WG_BWD_STAGES 2
@@ -378,27 +373,15 @@ typedef struct kiln_attn_args {
 #ifndef KILN_ATTN_WG_DQ_BN_D128
 #define KILN_ATTN_WG_DQ_BN_D128 64
 #endif
-#ifndef KILN_ATTN_WG_DQ_BN_D64
-#define KILN_ATTN_WG_DQ_BN_D64 128
-#endif
-#define KILN_ATTN_WG_DQ_BN(dp) ((dp) <= 64 ? KILN_ATTN_WG_DQ_BN_D64 : KILN_ATTN_WG_DQ_BN_D128)
-/* Tuning rung (KILN_TUNE_DEFS): 3 gives the D = 64 dQ kernel a third consumer warpgroup (192 query
- * rows a block, 160 registers a consumer thread, as the wide forward), so that two warpgroups'
- * elementwise work runs under the third's products. */
-#ifndef KILN_ATTN_WG_DQ_NC_D64
-#define KILN_ATTN_WG_DQ_NC_D64 2
-#endif
-#ifndef KILN_ATTN_WG_DQ_OVERLAP
-#define KILN_ATTN_WG_DQ_OVERLAP 0
-#endif
-#define KILN_ATTN_WG_DQ_NC(dp) ((dp) <= 64 ? KILN_ATTN_WG_DQ_NC_D64 : 2)
-#define KILN_ATTN_WG_DQ_BM(dp) (64 * KILN_ATTN_WG_DQ_NC(dp))
-#define KILN_ATTN_WG_DQ_THREADS(dp) (128 * (KILN_ATTN_WG_DQ_NC(dp) + 1))
+#define KILN_ATTN_WG_DQ_BN(dp) ((dp) <= 64 ? 128 : KILN_ATTN_WG_DQ_BN_D128)
+#define KILN_ATTN_WD_DQ_BM 192
+#define KILN_ATTN_WD_DQ_BN 64
 #define KILN_ATTN_WG_BWD_SMEM_BYTES(fixed_rows, ring_rows, dp)                                         \
   ((2 * (fixed_rows) + 2 * KILN_ATTN_WG_BWD_STAGES * (ring_rows)) * (dp) * 2 + 1024 +                  \
    (1 + 3 * KILN_ATTN_WG_BWD_STAGES) * 8 + 4 * KILN_ATTN_WG_KV_BM(dp) * 4)
-#define KILN_ATTN_WG_KV_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_KV_BN(dp), KILN_ATTN_WG_KV_BM(dp), dp)
-#define KILN_ATTN_WG_DQ_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_DQ_BM(dp), KILN_ATTN_WG_DQ_BN(dp), dp)
+#define KILN_ATTN_WG_KV_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_KV_BN, KILN_ATTN_WG_KV_BM(dp), dp)
+#define KILN_ATTN_WG_DQ_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), dp)
+#define KILN_ATTN_WD_DQ_SMEM_BYTES KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WD_DQ_BM, KILN_ATTN_WD_DQ_BN, 64)
 
 /* The FLASH backward (kernels/attention_bwd_sm80.cu), 4 warps per block each:
  * dK/dV kernel: a block owns KV_BN = 64 keys (16 per warp) and KV_DO(dp) output columns (all of

@@ -11,8 +11,8 @@ set -e
 cd "$(dirname "$0")/.."
 WANT="$*"
 . scripts/ladder-lib.sh
-# b3 (default): dK/dV 128 query rows a step at D = 64, 64 at 128; dQ 128 keys a step at D = 64,
-#     64 at 128; 2 ring stages (measured 0-2 % ahead of 4)
+# b3: dK/dV 128 query rows a step at D = 64, 64 at 128; dQ 128 keys a step at D = 64, 64 at
+#     128; 2 ring stages (measured 0-2 % ahead of 4). Main's, beside the wide D = 64 dQ kernel.
 ladder_step attn b3 ""
 # dK/dV at D = 64 on 64 query rows a step: f32 P for dS (room for it), twice the steps
 ladder_step attn kvbm64 "KILN_ATTN_WG_KV_BM_D64=64"
@@ -30,3 +30,21 @@ ladder_step attn s4 "KILN_ATTN_WG_BWD_STAGES=4"
 # faster forward + backward in all 16 rows (H200, 2026-12-03) and taken: on main since the
 # commit after 729e886, so this entry rebuilds it from the commit the patch was written for.
 ladder_step attn stats-late "" 9f98196 scripts/rungs/attn-bwd-stats-late.patch
+# A third consumer warpgroup at D = 64 (2026-12-06; docs/performance.md "The D = 64 dQ kernel
+# with three consumer warpgroups"), from a5aa098, where each was a macro:
+#   dq3b64: the dQ kernel with three warpgroups and 64 keys a step: 1-6 % off forward + backward
+#           without a mask, -2 to +3 % causal (H100); taken as the wide D = 64 dQ kernel (from
+#           Sq = 2048) in the commit after a5aa098
+#   dq3:    three warpgroups, 128 keys a step with S and dP serialized: -3 to +3 %
+#   dq3o:   dq3b64 with dQ left in flight under the next step's S and dP: -4 to +0.3 %
+#   dq2b64, dq2o: two warpgroups with 64 keys a step, or with the overlap: -1 to +2 %
+#   kv3:    the dK/dV kernel with three warpgroups, 64 query rows a step: 3-7 % slower
+#   dq3s4:  dq3b64 with 4 dQ ring stages (a5aa098 + a stage macro): within the spread of dq3b64
+ladder_step attn dq3b64 "KILN_ATTN_WG_DQ_NC_D64=3;KILN_ATTN_WG_DQ_BN_D64=64" a5aa098
+ladder_step attn dq3 "KILN_ATTN_WG_DQ_NC_D64=3" a5aa098
+ladder_step attn dq3o "KILN_ATTN_WG_DQ_NC_D64=3;KILN_ATTN_WG_DQ_BN_D64=64;KILN_ATTN_WG_DQ_OVERLAP=1" a5aa098
+ladder_step attn dq2b64 "KILN_ATTN_WG_DQ_BN_D64=64" a5aa098
+ladder_step attn dq2o "KILN_ATTN_WG_DQ_OVERLAP=1" a5aa098
+ladder_step attn kv3 "KILN_ATTN_WG_KV_NC_D64=3;KILN_ATTN_WG_KV_BM_D64=64" a5aa098
+ladder_step attn dq3s4 "KILN_ATTN_WG_DQ_NC_D64=3;KILN_ATTN_WG_DQ_BN_D64=64;KILN_ATTN_WG_DQ_STAGES=4" a5aa098 \
+  scripts/rungs/attn-bwd-dq-stages.patch

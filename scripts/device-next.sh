@@ -57,6 +57,12 @@
 #                    memcheck / racecheck of backward_shapes, then SDPA flash at D = 64 once and
 #                    kiln-bench attention --head-dim 64 --quick --dtype all with that peer, BASE and
 #                    every BUILD interleaved twice (about 7 minutes for four builds)
+#   bwdland HEAD BASE OTHERS...  issue 8: before landing the D = 64 dQ kernel with three consumer
+#                    warpgroups (HEAD: main's build with it, BASE: the build before): test_gpu_attention,
+#                    memcheck of its backward tests, racecheck and synccheck of backward_shapes, the Python
+#                    attention tests; SDPA flash once, kiln-bench attention --quick --dtype all with
+#                    that peer and short sequences (S 256 - 1024, D = 64), BASE, HEAD and OTHERS
+#                    interleaved twice (about 8 minutes; TESTS_ONLY=1 or BENCH_ONLY=1 runs half)
 #   epi HEAD BASE OTHERS...  (done 2026-12-05) issue 5: rungs e4 / e5 (slimmer staged epilogue): HEAD's tests and memcheck,
 #                    probe sequences and paired int8 / matmul beside BASE (main) and OTHERS
 #   icache HEAD      (done 2026-12-05) issue 5: the int8 GEMM's slowdown after other kernels against the instruction
@@ -197,6 +203,35 @@ land)
     echo "$(basename "$b") stream-K: $(grep -E '^matmul ' "$L/sk-$(basename "$b").txt" | awk '{printf "%s %s %s | ", $2, $5, $NF}')"
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+bwdland)
+  H=$2
+  B=$3
+  shift 3
+  gpu_info
+  if [ -z "${BENCH_ONLY:-}" ]; then
+  gpu_test "$H/tests/test_gpu_attention"
+  memcheck "$H/tests/test_gpu_attention" "*backward*" "$L/memcheck-attention.log"
+  for tool in racecheck synccheck; do
+    KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$H/tests/test_gpu_attention" \
+      --filter backward_shapes >"$L/$tool-backward.log" 2>&1
+    echo "$tool backward_shapes: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-backward.log"))"
+  done
+  PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 150 python3 -m pytest -q -rs -p no:cacheprovider \
+    python/tests/test_attention.py python/tests/test_gpu.py -k "attention" >"$L/pytest.log" 2>&1
+  echo "python attention tests: exit $?: $(tail -1 "$L/pytest.log")"
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  fi
+  [ -n "${TESTS_ONLY:-}" ] && exit 0
+  timeout 150 python3 scripts/bench_sdpa.py --quick --dtype all >"$L/sdpa.txt" 2>"$L/sdpa.err"
+  echo "bench_sdpa: exit $?"
+  for pass in 1 2; do
+    for b in "$B" "$H" "$@"; do
+      bench_run "attn-$pass" "$b" '^attention' attention --quick --dtype all --peer "$L/sdpa.txt" >/dev/null
+      bench_run "short-$pass" "$b" '^attention' attention --head-dim 64 --seq 256 --seq 512 --seq 1024 --dtype f16 \
+        >/dev/null
+    done
+  done
   ;;
 bwdwide)
   B=$2

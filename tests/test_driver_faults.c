@@ -806,7 +806,7 @@ static void attention_decode_paths(kiln_context *ctx) {
  * explicit FLASH_MMA_SYNC or FLASH_WGMMA names the misfit (float32 inputs, D not a multiple of
  * 8, a strided head dimension, a misaligned q) before any launch, while AUTO and FLASH run the
  * problem on the CUDA-core kernels, forward (one launch) and backward (delta, dK/dV, dQ; dQ
- * skipped when NULL). tile_m 192 (the wide sm_90a forward) takes D <= 64 only. */
+ * skipped when NULL). tile_m 192 (the wide sm_90a forward and dQ kernel) takes D <= 64 only. */
 static void attention_refusals(kiln_context *ctx) {
   const int allocations = fake("live_allocations");
   DLManagedTensorVersioned *buf[8]; /* q, k, v, o, dout, dq, dk, dv: room for [1, 2, 64, 128] f32 */
@@ -858,16 +858,27 @@ static void attention_refusals(kiln_context *ctx) {
                                            ws->dl_tensor.data, 2 * 64 * 256 * 4, &o, NULL));
     assert_int_equal(fake("launches_0") - launches, 2);
   }
-  /* tile_m: 192 runs the wide configuration at D = 64 and is refused at D = 128 */
+  /* tile_m: 192 runs the wide configurations at D = 64 (the forward's, and the backward's dQ
+   * kernel after delta and dK/dV) and is refused at D = 128 before any launch */
   shape[3] = 64;
-  for (int i = 0; i < 4; i++) t[i] = (DLTensor){buf[i]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, shape, NULL, 0};
+  for (int i = 0; i < 8; i++) t[i] = (DLTensor){buf[i]->dl_tensor.data, {kDLCUDA, 0}, 4, TEST_F16, shape, NULL, 0};
   kiln_attention_opts o = kiln_attention_opts_default();
   o.algo = KILN_ATTENTION_FLASH_WGMMA, o.tile_m = 192;
   assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL));
+  int launches = fake("launches_0");
+  assert_kiln_ok(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &t[4], &t[5], &t[6], &t[7],
+                                         ws->dl_tensor.data, 2 * 64 * 256 * 4, &o, NULL));
+  assert_int_equal(fake("launches_0") - launches, 3);
   shape[3] = 128;
   assert_kiln_fails(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL), KILN_ERROR_UNSUPPORTED,
                     "kiln_attention: opts->tile_m is 192 but D is 128",
                     "the wide sm_90a forward takes head dims <= 64; use tile_m 0 or 128");
+  launches = fake("launches_0");
+  assert_kiln_fails(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &t[4], &t[5], &t[6], &t[7],
+                                            ws->dl_tensor.data, 2 * 64 * 256 * 4, &o, NULL),
+                    KILN_ERROR_UNSUPPORTED, "kiln_attention_backward: opts->tile_m is 192 but D is 128",
+                    "the wide sm_90a dQ kernel takes head dims <= 64; use tile_m 0 or 128");
+  assert_int_equal(fake("launches_0"), launches);
   for (int i = 0; i < 8; i++) kiln_tensor_free(buf[i]);
   kiln_tensor_free(lse_buf), kiln_tensor_free(ws);
   assert_int_equal(fake("live_allocations"), allocations);

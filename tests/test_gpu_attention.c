@@ -591,15 +591,17 @@ static double grad_error(const t4 *g, const float *ref) {
   return err;
 }
 
-static int run_bwd_case_algo(const bcase *bc, kiln_attention_algo algo) {
+/* opts.tile_m = tile_m in the forward and the backward (192: their wide configurations) */
+static int run_bwd_case_tile(const bcase *bc, kiln_attention_algo algo, int tile_m) {
   const acase *c = &bc->a;
   char what[256];
   const int64_t Dv = case_dv(c);
   snprintf(what, sizeof what,
            "B%" PRId64 " Hq%" PRId64 " Hkv%" PRId64 " Sq%" PRId64 " Sk%" PRId64 " D%" PRId64 " Dv%" PRId64
-           " %s dO %s grads %s%s%s%s %s",
+           " %s dO %s grads %s%s%s%s %s tile_m %d",
            c->B, c->Hq, c->Hkv, c->Sq, c->Sk, c->D, Dv, dt_name(c->in), dt_name(bc->dout), dt_name(bc->dg),
-           c->causal ? " causal" : "", layout_name(c->layout), bc->which == 7 ? "" : " (subset)", algo_name(algo));
+           c->causal ? " causal" : "", layout_name(c->layout), bc->which == 7 ? "" : " (subset)", algo_name(algo),
+           tile_m);
   t4 q, k, v, o, lse, dout, g[3];
   t4_init(&q, c->B, c->Hq, c->Sq, c->D, c->in, c->layout);
   t4_init(&k, c->B, c->Hkv, c->Sk, c->D, c->in, c->layout);
@@ -617,6 +619,7 @@ static int run_bwd_case_algo(const bcase *bc, kiln_attention_algo algo) {
   opts.algo = algo;
   opts.causal = c->causal;
   opts.scale = c->scale;
+  opts.tile_m = tile_m;
   assert_kiln_ok(kiln_attention(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &opts, g_stream));
   t4_copy(&o, 0), t4_copy(&lse, 0);
   const DLTensor *gd[3];
@@ -651,7 +654,7 @@ static int run_bwd_case_algo(const bcase *bc, kiln_attention_algo algo) {
       hg[i].dtype = TEST_F32;
     }
     kiln_attention_opts cpu_opts = opts;
-    cpu_opts.algo = KILN_ATTENTION_AUTO;
+    cpu_opts.algo = KILN_ATTENTION_AUTO, cpu_opts.tile_m = 0;
     assert_kiln_ok(kiln_attention_backward(cpu, &hq, &hk, &hv, &ho, &hl, &hd, &hg[0], &hg[1], &hg[2], NULL, 0,
                                            &cpu_opts, NULL));
     kiln_context_destroy(cpu);
@@ -673,14 +676,16 @@ static int run_bwd_case_algo(const bcase *bc, kiln_attention_algo algo) {
   return ok;
 }
 
-/* Each case through both kernel families, as run_case does. */
+/* Each case through both kernel families, as run_case does, and on sm_90 at D <= 64 through the
+ * wide dQ kernel too (tile_m 192; tile_m 0 picks it only from 2048 query rows). */
 static int run_bwd_cases(const bcase *cs, int n) {
   int failures = 0;
   for (int i = 0; i < n; i++) {
-    failures += !run_bwd_case_algo(&cs[i], KILN_ATTENTION_FLASH_MMA_SYNC);
-    if (g_wgmma && cs[i].a.D <= 128) failures += !run_bwd_case_algo(&cs[i], KILN_ATTENTION_FLASH_WGMMA);
+    failures += !run_bwd_case_tile(&cs[i], KILN_ATTENTION_FLASH_MMA_SYNC, 0);
+    if (g_wgmma && cs[i].a.D <= 128) failures += !run_bwd_case_tile(&cs[i], KILN_ATTENTION_FLASH_WGMMA, 0);
+    if (g_wgmma && cs[i].a.D <= 64) failures += !run_bwd_case_tile(&cs[i], KILN_ATTENTION_FLASH_WGMMA, 192);
     /* D = 256 on sm_90: the WGMMA forward's O and LSE into the mma.sync backward */
-    if (g_wgmma && cs[i].a.D > 128) failures += !run_bwd_case_algo(&cs[i], KILN_ATTENTION_FLASH);
+    if (g_wgmma && cs[i].a.D > 128) failures += !run_bwd_case_tile(&cs[i], KILN_ATTENTION_FLASH, 0);
   }
   return failures;
 }
@@ -743,7 +748,7 @@ static void cuda_core_backward(void **state) {
     const acase *c = &cuda_core_cases[i];
     const DLDataType other = c->in.bits == 32 ? TEST_BF16 : TEST_F32;
     const bcase bc = {*c, i % 2 ? other : c->in, i % 3 ? c->in : TEST_F32, which[i % 4]};
-    failures += !run_bwd_case_algo(&bc, KILN_ATTENTION_FLASH);
+    failures += !run_bwd_case_tile(&bc, KILN_ATTENTION_FLASH, 0);
   }
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
 }

@@ -541,7 +541,7 @@ kiln_status kiln_attention_backward(kiln_context *ctx, const DLTensor *q, const 
   if (ctx->device_type == kDLCPU) return kiln_cpu_attention_backward(op, &args);
   kiln_ctx_scope scope;
   if ((st = kiln_ctx_enter(ctx, &scope, op))) return st;
-  st = kiln_attention_gpu_backward(ctx, op, &args, (int)opt.algo, opt.deterministic, workspace, stream);
+  st = kiln_attention_gpu_backward(ctx, op, &args, (int)opt.algo, opt.tile_m, opt.deterministic, workspace, stream);
   kiln_ctx_leave(ctx, &scope);
   return st;
 }

@@ -388,10 +388,26 @@ size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_arg
 #define KILN_ATTN_BWD_PDL 1
 #endif
 
+/* The backward's choice between its two sm_90a dQ configurations at D = 64 (opts.tile_m 0): the
+ * wide one (three consumer warpgroups, 192 query rows a block, 64 keys a step) or the 128-row
+ * one. H100, same calls, forward + backward time with the wide dQ / without (docs/performance.md,
+ * "The D = 64 dQ kernel with three consumer warpgroups"): 0.94-0.99 without a mask at Sq = 2048
+ * and 8192, 0.97-1.02 causal; at Sq = 256, whose second 192-row tile is two thirds padding,
+ * 1.07-1.09; at 512 and 1024 (an eighth of the rows padding) 0.99-1.03. So from 2048 query rows,
+ * and where the 128-row grid fills the SMs at least once (with fewer blocks than SMs, a block's
+ * 1.5x rows are the whole time). Tuning parameter (KILN_TUNE_DEFS). */
+#ifndef KILN_ATTN_WD_DQ_MIN_SQ
+#define KILN_ATTN_WD_DQ_MIN_SQ 2048
+#endif
+static bool dq_wide_wins(const kiln_context *ctx, const kiln_attn_args *a) {
+  const int64_t blocks = (int64_t)(a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM * a->hq * a->batch;
+  return padded_dim(a->d) == 64 && a->sq >= KILN_ATTN_WD_DQ_MIN_SQ && blocks >= ctx->info.sm_count;
+}
+
 /* delta (and the dO copy), then dK/dV, then dQ: three launches on the caller's stream, from the
  * kernel family the forward would choose. */
 kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo,
-                                        int deterministic, void *workspace, CUstream stream) {
+                                        int tile_m, int deterministic, void *workspace, CUstream stream) {
   (void)deterministic;
   family f = FAMILY_SIMT;
   kiln_status st = choose(ctx, op, a, algo, true, &f);
@@ -402,6 +418,12 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
                      "%s: batch x heads x Sq is %" PRId64 " query rows; the GPU backward takes at most %d; split the "
                      "batch",
                      op, rows, INT32_MAX);
+  const int dp = padded_dim(a->d);
+  if (f == FAMILY_WGMMA && tile_m == 192 && dp != 64) /* before any launch */
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: opts->tile_m is 192 but D is %d; the wide sm_90a dQ kernel takes head dims <= 64; use "
+                     "tile_m 0 or 128",
+                     op, a->d);
   kiln_attn_args args = *a;
   void *params[] = {&args};
   args.delta = (float *)workspace;
@@ -421,22 +443,26 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
     if ((a->dk || a->dv) && (st = launch_simt(ctx, op, &args, KILN_K_ATTN_SIMT_DKDV_R32, stream))) return st;
     return a->dq ? launch_simt(ctx, op, &args, KILN_K_ATTN_SIMT_DQ_R32, stream) : KILN_OK;
   }
-  const int dp = padded_dim(a->d);
   if (f == FAMILY_WGMMA) { /* the sm_90a kernels (TMA maps of the dO they read) */
     if ((a->dk || a->dv) &&
         (st = launch_wgmma(ctx, op, &args,
                            family_kernel(KILN_K_ATTN_BWD_DKDV_WG_f16_D64, KILN_K_ATTN_BWD_DKDV_WG_bf16_D64, a),
-                           (unsigned)((a->sk + KILN_ATTN_WG_KV_BN(dp) - 1) / KILN_ATTN_WG_KV_BN(dp)), (unsigned)a->hkv,
-                           KILN_ATTN_WG_KV_THREADS(dp), (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM(dp),
-                           KILN_ATTN_WG_KV_BN(dp), true, false, stream)))
+                           (unsigned)((a->sk + KILN_ATTN_WG_KV_BN - 1) / KILN_ATTN_WG_KV_BN), (unsigned)a->hkv,
+                           KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM(dp),
+                           KILN_ATTN_WG_KV_BN, true, false, stream)))
       return st;
-    if (a->dq)
+    if (!a->dq) return KILN_OK;
+    const bool dep = KILN_ATTN_BWD_PDL && (a->dk || a->dv);
+    if (tile_m == 192 || (!tile_m && dq_wide_wins(ctx, a)))
       return launch_wgmma(ctx, op, &args,
-                          family_kernel(KILN_K_ATTN_BWD_DQ_WG_f16_D64, KILN_K_ATTN_BWD_DQ_WG_bf16_D64, a),
-                          (unsigned)((a->sq + KILN_ATTN_WG_DQ_BM(dp) - 1) / KILN_ATTN_WG_DQ_BM(dp)), (unsigned)a->hq,
-                          KILN_ATTN_WG_DQ_THREADS(dp), (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp), KILN_ATTN_WG_DQ_BM(dp),
-                          KILN_ATTN_WG_DQ_BN(dp), true, KILN_ATTN_BWD_PDL && (a->dk || a->dv), stream);
-    return KILN_OK;
+                          a->in_dtype == KILN_DT_BF16 ? KILN_K_ATTN_BWD_DQ_WD_bf16_D64 : KILN_K_ATTN_BWD_DQ_WD_f16_D64,
+                          (unsigned)((a->sq + KILN_ATTN_WD_DQ_BM - 1) / KILN_ATTN_WD_DQ_BM), (unsigned)a->hq,
+                          KILN_ATTN_WD_THREADS, (unsigned)KILN_ATTN_WD_DQ_SMEM_BYTES, KILN_ATTN_WD_DQ_BM,
+                          KILN_ATTN_WD_DQ_BN, true, dep, stream);
+    return launch_wgmma(ctx, op, &args, family_kernel(KILN_K_ATTN_BWD_DQ_WG_f16_D64, KILN_K_ATTN_BWD_DQ_WG_bf16_D64, a),
+                        (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
+                        KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp), KILN_ATTN_WG_BM,
+                        KILN_ATTN_WG_DQ_BN(dp), true, dep, stream);
   }
   if (a->dk || a->dv) {
     const unsigned tiles = (unsigned)((a->sk + KILN_ATTN_BWD_KV_BN - 1) / KILN_ATTN_BWD_KV_BN);

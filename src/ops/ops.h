@@ -102,14 +102,15 @@ kiln_status kiln_tma_map(const kiln_context *ctx, const char *op, int type, uint
 
 /* Attention on the GPU (src/ops/attention_gpu.c): args validated by src/ops/attention.c, the
  * context entered. algo is any kiln_attention_algo but AUTO's CPU meaning; tile_m is opts.tile_m
- * (0, or 128 / 192 with FLASH_WGMMA). Fail with UNSUPPORTED (and a message naming what is
+ * (0, or 128 / 192 with FLASH_WGMMA: the forward's query rows per block, and the backward's dQ
+ * kernel's). Fail with UNSUPPORTED (and a message naming what is
  * unsupported) for a problem no kernel handles. */
 kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, const kiln_attn_args *args, int algo,
                                        int tile_m, CUstream stream);
 /* Workspace bytes the GPU backward needs for args (256-byte aligned start expected). */
 size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_args *args, int deterministic);
 kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op, const kiln_attn_args *args, int algo,
-                                        int deterministic, void *workspace, CUstream stream);
+                                        int tile_m, int deterministic, void *workspace, CUstream stream);
 
 /* W4A16 and the fused QKV projections (src/ops/matmul_int4.c, src/ops/qkv_project.c). The
  * checks shared by kiln_matmul_int4, kiln_qkv_project_int8 and kiln_qkv_project_int4: */

@@ -28,8 +28,9 @@ const char bench_attention_usage[] =
     "                         and smem on sm_90; the backward runs the family's kernels whatever the algo)\n"
     "  --head-dim 64|128|256|all  (default all: 64 and 128; 256 runs no SMEM rows, and FLASH_WGMMA's\n"
     "                         forward only, its backward taking head dims up to 128)\n"
-    "  --tile-m 128|192       with --algo wgmma: opts.tile_m, the sm_90a forward's query rows per block\n"
-    "                         (192 only at D = 64; D = 128 rows keep the default), for A/B runs in one call\n"
+    "  --tile-m 128|192       with --algo wgmma: opts.tile_m, the query rows per block of the sm_90a forward\n"
+    "                         and the backward's dQ kernel (192 only at D = 64; D = 128 rows keep the\n"
+    "                         default), for A/B runs in one call\n"
     "  --seq S                a sequence length instead of the default list (repeatable, up to 8; B = 16384 / S\n"
     "                         rounded down, at least 1)\n"
     "  --peer FILE            peer times from scripts/bench_sdpa.py (lines: S D causal dtype fwd_us fwdbwd_us)\n" BENCH_COMMON_USAGE;
