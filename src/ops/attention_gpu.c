@@ -161,6 +161,16 @@ static kiln_status launch_wgmma(const kiln_context *ctx, const char *op, const k
   return kiln_launch(ctx, kernel, gx, gy, (unsigned)a->batch, threads, smem, stream, params, op);
 }
 
+/* A configuration of an sm_90a kernel that walks one sequence in tiles of bm rows (the q / dO
+ * box) and the other bn rows at a time (the k / v box): its kernel, threads and shared memory.
+ * launch_config runs it over the bm-row tiles of Sq and the heads of q. */
+typedef struct { kiln_kernel_id kernel; uint32_t bm, bn; unsigned threads, smem; } config;
+static kiln_status launch_config(const kiln_context *ctx, const char *op, const kiln_attn_args *a, config c,
+                                 bool backward, bool dependent, CUstream stream) {
+  return launch_wgmma(ctx, op, a, c.kernel, (unsigned)((a->sq + c.bm - 1) / c.bm), (unsigned)a->hq, c.threads, c.smem,
+                      c.bm, c.bn, backward, dependent, stream);
+}
+
 /* The kernel family that runs a problem (the sm_90a forward has three configurations: FLASH's,
  * its wide D = 64 one (wide_wins) and SMEM's short-sequence one (short_wins)). */
 typedef enum family { FAMILY_WGMMA, FAMILY_MMA_SYNC, FAMILY_SIMT, FAMILY_DECODE } family;
@@ -331,9 +341,6 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
                        "%s: opts->tile_m is 192 but D is %d; the wide sm_90a forward takes head dims <= 64; use "
                        "tile_m 0 or 128",
                        op, a->d);
-    /* the configuration: its kernel, rows per block (q box), keys per ring tile (k, v boxes),
-     * threads and shared memory */
-    typedef struct { kiln_kernel_id kernel; uint32_t bm, bn; unsigned threads, smem; } config;
     config c;
     if (algo == KILN_ATTENTION_SMEM || (algo == KILN_ATTENTION_AUTO && !tile_m && short_wins(a)))
       c = (config){family_kernel(KILN_K_ATTN_FWD_SH_f16_D64, KILN_K_ATTN_FWD_SH_bf16_D64, a), KILN_ATTN_SH_BM,
@@ -344,8 +351,7 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
     else
       c = (config){family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a), KILN_ATTN_WG_BM,
                    KILN_ATTN_WG_BN(dp), KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp)};
-    return launch_wgmma(ctx, op, a, c.kernel, (unsigned)((a->sq + c.bm - 1) / c.bm), (unsigned)a->hq, c.threads, c.smem,
-                        c.bm, c.bn, false, false, stream);
+    return launch_config(ctx, op, a, c, false, false, stream);
   }
   const kiln_kernel_id kernel = family_kernel(KILN_K_ATTN_FWD_f16_D64, KILN_K_ATTN_FWD_bf16_D64, a);
   kiln_attn_args args = *a;
@@ -394,13 +400,14 @@ size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_arg
  * "The D = 64 dQ kernel with three consumer warpgroups"): 0.94-0.99 without a mask at Sq = 2048
  * and 8192, 0.97-1.02 causal; at Sq = 256, whose second 192-row tile is two thirds padding,
  * 1.07-1.09; at 512 and 1024 (an eighth of the rows padding) 0.99-1.03. So from 2048 query rows,
- * and where the 128-row grid fills the SMs at least once (with fewer blocks than SMs, a block's
- * 1.5x rows are the whole time). Tuning parameter (KILN_TUNE_DEFS). */
+ * and (not measured) where the 128-row grid fills the SMs at least once: with fewer blocks than
+ * SMs a block's time is the whole time, and a wide block has 1.5x the rows. Tuning parameter
+ * (KILN_TUNE_DEFS). */
 #ifndef KILN_ATTN_WD_DQ_MIN_SQ
 #define KILN_ATTN_WD_DQ_MIN_SQ 2048
 #endif
 static bool dq_wide_wins(const kiln_context *ctx, const kiln_attn_args *a) {
-  const int64_t blocks = (int64_t)(a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM * a->hq * a->batch;
+  const int64_t blocks = ((int64_t)a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM * a->hq * a->batch;
   return padded_dim(a->d) == 64 && a->sq >= KILN_ATTN_WD_DQ_MIN_SQ && blocks >= ctx->info.sm_count;
 }
 
@@ -452,17 +459,14 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
                            KILN_ATTN_WG_KV_BN, true, false, stream)))
       return st;
     if (!a->dq) return KILN_OK;
-    const bool dep = KILN_ATTN_BWD_PDL && (a->dk || a->dv);
-    if (tile_m == 192 || (!tile_m && dq_wide_wins(ctx, a)))
-      return launch_wgmma(ctx, op, &args,
-                          a->in_dtype == KILN_DT_BF16 ? KILN_K_ATTN_BWD_DQ_WD_bf16_D64 : KILN_K_ATTN_BWD_DQ_WD_f16_D64,
-                          (unsigned)((a->sq + KILN_ATTN_WD_DQ_BM - 1) / KILN_ATTN_WD_DQ_BM), (unsigned)a->hq,
-                          KILN_ATTN_WD_THREADS, (unsigned)KILN_ATTN_WD_DQ_SMEM_BYTES, KILN_ATTN_WD_DQ_BM,
-                          KILN_ATTN_WD_DQ_BN, true, dep, stream);
-    return launch_wgmma(ctx, op, &args, family_kernel(KILN_K_ATTN_BWD_DQ_WG_f16_D64, KILN_K_ATTN_BWD_DQ_WG_bf16_D64, a),
-                        (unsigned)((a->sq + KILN_ATTN_WG_BM - 1) / KILN_ATTN_WG_BM), (unsigned)a->hq,
-                        KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp), KILN_ATTN_WG_BM,
-                        KILN_ATTN_WG_DQ_BN(dp), true, dep, stream);
+    const config c =
+        tile_m == 192 || (!tile_m && dq_wide_wins(ctx, a))
+            ? (config){a->in_dtype == KILN_DT_BF16 ? KILN_K_ATTN_BWD_DQ_WD_bf16_D64 : KILN_K_ATTN_BWD_DQ_WD_f16_D64,
+                       KILN_ATTN_WD_DQ_BM, KILN_ATTN_WD_DQ_BN, KILN_ATTN_WD_THREADS,
+                       (unsigned)KILN_ATTN_WD_DQ_SMEM_BYTES}
+            : (config){family_kernel(KILN_K_ATTN_BWD_DQ_WG_f16_D64, KILN_K_ATTN_BWD_DQ_WG_bf16_D64, a), KILN_ATTN_WG_BM,
+                       (uint32_t)KILN_ATTN_WG_DQ_BN(dp), KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_DQ_SMEM_BYTES(dp)};
+    return launch_config(ctx, op, &args, c, true, KILN_ATTN_BWD_PDL && (a->dk || a->dv), stream);
   }
   if (a->dk || a->dv) {
     const unsigned tiles = (unsigned)((a->sk + KILN_ATTN_BWD_KV_BN - 1) / KILN_ATTN_BWD_KV_BN);
