@@ -208,8 +208,8 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
   KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_WG_THREADS, 1, KILN_ATTN_WG_BM / 64, KILN_ATTN_WG_BN(dp),       \
                       KILN_ATTN_WG_STAGES(dp), KILN_ATTN_WG_SMEM_BYTES(dp))
 #define KILN_ATTN_WD_ENTRY(name, bf16)                                                                       \
-  KILN_ATTN_FWD_ENTRY(name, bf16, 64, KILN_ATTN_WD_THREADS, 1, KILN_ATTN_WD_BM / 64, KILN_ATTN_WG_BN(64),      \
-                      KILN_ATTN_WG_STAGES(64), KILN_ATTN_WD_SMEM_BYTES)
+  KILN_ATTN_FWD_ENTRY(name, bf16, 64, KILN_ATTN_WD_THREADS, 1, KILN_ATTN_WD_BM / 64, KILN_ATTN_WD_BN,          \
+                      KILN_ATTN_WD_STAGES, KILN_ATTN_WD_SMEM_BYTES)
 #define KILN_ATTN_SH_ENTRY(name, bf16, dp)                                                                   \
   KILN_ATTN_FWD_ENTRY(name, bf16, dp, KILN_ATTN_SH_THREADS, 2, 1, KILN_ATTN_SH_BN(dp), KILN_ATTN_SH_STAGES(dp), \
                       KILN_ATTN_SH_SMEM_BYTES(dp))

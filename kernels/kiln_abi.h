@@ -312,7 +312,16 @@ typedef struct kiln_attn_args {
  * warpgroups taking turns (docs/performance.md, "The wide D = 64 forward"). */
 #define KILN_ATTN_WD_BM 192
 #define KILN_ATTN_WD_THREADS 512
-#define KILN_ATTN_WD_SMEM_BYTES KILN_ATTN_FWD_SMEM_BYTES(KILN_ATTN_WD_BM, KILN_ATTN_WG_BN(64), KILN_ATTN_WG_STAGES(64), 64)
+/* Keys per ring slot and slots, tuning parameters (KILN_TUNE_DEFS): rungs wd-bn64 and wd-bn64s8
+ * (scripts/attn-fwd-ladder.sh) take 64 keys, so that a causal 192-row tile's diagonal key blocks
+ * hold fewer masked scores, at twice the steps (and 8 slots, the same bytes in flight). */
+#ifndef KILN_ATTN_WD_BN
+#define KILN_ATTN_WD_BN KILN_ATTN_WG_BN(64)
+#endif
+#ifndef KILN_ATTN_WD_STAGES
+#define KILN_ATTN_WD_STAGES KILN_ATTN_WG_STAGES(64)
+#endif
+#define KILN_ATTN_WD_SMEM_BYTES KILN_ATTN_FWD_SMEM_BYTES(KILN_ATTN_WD_BM, KILN_ATTN_WD_BN, KILN_ATTN_WD_STAGES, 64)
 
 /* The sm_90a short-sequence forward (algo SMEM; the same kernel as the FLASH forward, configured
  * for a few key blocks per query tile): 2 warpgroups (a TMA producer, one consumer of SH_BM = 64

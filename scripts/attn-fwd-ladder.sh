@@ -49,3 +49,12 @@ ladder_step fwd chain "" b6fda3c scripts/rungs/attn-fwd-multi-tile.patch
 # Predicted +2-5 % there; measured about 1 % (0.991 / 0.992 time), the rest within noise: the
 # forward is latency-bound there, not issue-bound. Not taken (docs/performance.md).
 ladder_step fwd mask "" 4256b4f scripts/rungs/attn-mask-limit.patch
+# wd-bn64, wd-bn64s8 (2026-12-06, built, not yet measured): the wide D = 64 forward with 64-key
+# ring slots (4, or 8 for the same bytes in flight). A causal 192-row tile's diagonal then spans
+# three 64-key blocks instead of two or three of 128 (which is why the wide configuration lost 1-6 %
+# to the 128-row one at causal S = 2048 and is AUTO's only from 8192 causal). Predicted: the wide
+# forward at causal S = 2048 from 1.01-1.06x the 128-row time to below it, a few %, and the
+# non-causal rows a few % slower (twice the steps). Compare in one build: kiln-bench attention
+# --head-dim 64 --seq 2048 --seq 8192 --dtype all --algo wgmma --tile-m 128 and --tile-m 192.
+ladder_step fwd wd-bn64 "KILN_ATTN_WD_BN=64"
+ladder_step fwd wd-bn64s8 "KILN_ATTN_WD_BN=64;KILN_ATTN_WD_STAGES=8"

@@ -57,6 +57,10 @@
 #                    memcheck / racecheck of backward_shapes, then SDPA flash at D = 64 once and
 #                    kiln-bench attention --head-dim 64 --quick --dtype all with that peer, BASE and
 #                    every BUILD interleaved twice (about 7 minutes for four builds)
+#   wdbn64 BASE RUNG...  issue 8: the wide D = 64 forward with 64-key slots (rungs fwd-wd-bn64,
+#                    fwd-wd-bn64s8 of scripts/attn-fwd-ladder.sh, kiln-bench only): SDPA flash at
+#                    D = 64 once, then each build's forward with --tile-m 128 and 192 at S 2048 and
+#                    8192, causal and not, interleaved twice (about 6 minutes for three builds)
 #   bwdland HEAD BASE OTHERS...  issue 8: before landing the D = 64 dQ kernel with three consumer
 #                    warpgroups (HEAD: main's build with it, BASE: the build before): test_gpu_attention,
 #                    memcheck of its backward tests, racecheck and synccheck of backward_shapes, the Python
@@ -203,6 +207,21 @@ land)
     echo "$(basename "$b") stream-K: $(grep -E '^matmul ' "$L/sk-$(basename "$b").txt" | awk '{printf "%s %s %s | ", $2, $5, $NF}')"
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  ;;
+wdbn64)
+  B=$2
+  shift 2
+  gpu_info
+  timeout 120 python3 scripts/bench_sdpa.py --quick --dtype all --head-dims 64 >"$L/sdpa.txt" 2>"$L/sdpa.err"
+  echo "bench_sdpa: exit $?"
+  for pass in 1 2; do
+    for b in "$B" "$@"; do
+      for tm in 128 192; do
+        bench_run "m$tm-$pass" "$b" '^attention' attention --quick --head-dim 64 --dtype all --algo wgmma \
+          --tile-m $tm --peer "$L/sdpa.txt" | grep -v 'fwd+bwd'
+      done
+    done
+  done
   ;;
 bwdland)
   H=$2

@@ -347,7 +347,7 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
                    (uint32_t)KILN_ATTN_SH_BN(dp), KILN_ATTN_SH_THREADS, (unsigned)KILN_ATTN_SH_SMEM_BYTES(dp)};
     else if (tile_m == 192 || (!tile_m && wide_wins(a)))
       c = (config){a->in_dtype == KILN_DT_BF16 ? KILN_K_ATTN_FWD_WD_bf16_D64 : KILN_K_ATTN_FWD_WD_f16_D64,
-                   KILN_ATTN_WD_BM, KILN_ATTN_WG_BN(64), KILN_ATTN_WD_THREADS, (unsigned)KILN_ATTN_WD_SMEM_BYTES};
+                   KILN_ATTN_WD_BM, KILN_ATTN_WD_BN, KILN_ATTN_WD_THREADS, (unsigned)KILN_ATTN_WD_SMEM_BYTES};
     else
       c = (config){family_kernel(KILN_K_ATTN_FWD_WG_f16_D64, KILN_K_ATTN_FWD_WG_bf16_D64, a), KILN_ATTN_WG_BM,
                    KILN_ATTN_WG_BN(dp), KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_SMEM_BYTES(dp)};
