@@ -160,6 +160,18 @@ probe_passes() { # probe_passes ROUNDS SEQS BUILD...: scripts/probes/int8_after.
     done
   done
 }
+attn_bwd_checks() { # attn_bwd_checks BUILD FILTER TOOL...: test_gpu_attention, memcheck of its FILTER tests, each
+  # other compute-sanitizer TOOL on backward_shapes (logs in $L)
+  local b=$1 filter=$2 tool
+  shift 2
+  gpu_test "$b/tests/test_gpu_attention"
+  memcheck "$b/tests/test_gpu_attention" "$filter" "$L/memcheck-backward.log"
+  for tool in "$@"; do
+    KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$b/tests/test_gpu_attention" \
+      --filter backward_shapes >"$L/$tool-backward.log" 2>&1
+    echo "$tool backward_shapes: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-backward.log"))"
+  done
+}
 bench_run() { # bench_run TAG BUILD PATTERN ARGS...: BUILD's kiln-bench ARGS into $L/TAG-BUILD.txt; its rows
   # matching PATTERN, each prefixed BUILD/TAG (timeout $BENCH_TIMEOUT s, default 150)
   local tag=$1 b=$2 pat=$3 f
@@ -229,13 +241,7 @@ bwdland)
   shift 3
   gpu_info
   if [ -z "${BENCH_ONLY:-}" ]; then
-  gpu_test "$H/tests/test_gpu_attention"
-  memcheck "$H/tests/test_gpu_attention" "*backward*" "$L/memcheck-attention.log"
-  for tool in racecheck synccheck; do
-    KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$H/tests/test_gpu_attention" \
-      --filter backward_shapes >"$L/$tool-backward.log" 2>&1
-    echo "$tool backward_shapes: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-backward.log"))"
-  done
+  attn_bwd_checks "$H" "*backward*" racecheck synccheck
   PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 150 python3 -m pytest -q -rs -p no:cacheprovider \
     python/tests/test_attention.py python/tests/test_gpu.py -k "attention" >"$L/pytest.log" 2>&1
   echo "python attention tests: exit $?: $(tail -1 "$L/pytest.log")"
@@ -260,11 +266,7 @@ bwdwide)
     [ -x "$b/tests/test_gpu_attention" ] || continue
     (
       L="$L/$(basename "$b")" && mkdir -p "$L"
-      gpu_test "$b/tests/test_gpu_attention"
-      memcheck "$b/tests/test_gpu_attention" "backward_shapes" "$L/memcheck-backward.log"
-      KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
-        "$b/tests/test_gpu_attention" --filter backward_shapes >"$L/racecheck-backward.log" 2>&1
-      echo "racecheck backward_shapes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/racecheck-backward.log"))"
+      attn_bwd_checks "$b" backward_shapes racecheck
     )
   done
   timeout 120 python3 scripts/bench_sdpa.py --quick --dtype all --head-dims 64 >"$L/sdpa.txt" 2>"$L/sdpa.err"
@@ -280,11 +282,7 @@ bwdpdl)
   H=$2
   B=$3
   gpu_info
-  gpu_test "$H/tests/test_gpu_attention"
-  memcheck "$H/tests/test_gpu_attention" "backward_shapes" "$L/memcheck-backward.log"
-  KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
-    "$H/tests/test_gpu_attention" --filter backward_shapes >"$L/racecheck-backward.log" 2>&1
-  echo "racecheck backward_shapes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/racecheck-backward.log"))"
+  attn_bwd_checks "$H" backward_shapes racecheck
   timeout 200 python3 scripts/bench_sdpa.py --quick --dtype all >"$L/sdpa.txt" 2>"$L/sdpa.err"
   echo "bench_sdpa: exit $?"
   for pass in 1 2; do
@@ -544,17 +542,17 @@ handoff)
   for pass in 1 2; do
     for B in "$@"; do
       n=$(basename "$B")
-      timeout 60 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --dtype all --reps 20 >"$L/$n-$pass.txt" 2>&1
-      timeout 60 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo cp_async --dtype all --reps 20 >>"$L/$n-$pass.txt" 2>&1
-      grep -E '^matmul ' "$L/$n-$pass.txt" | sed "s|^|$n/$pass |"
+      for algo in mma_sync cp_async; do
+        BENCH_TIMEOUT=60 bench_run "$algo-$pass" "$B" '^matmul ' matmul --shape 4096x4096x4096 --algo $algo \
+          --dtype all --reps 20
+      done
       PROBE_F16_UNIFORM=1 timeout 60 "$B/tools/int8_after" 4096 4096 4096 30 "U,V,M,A" >"$L/$n-probe-$pass.txt" 2>&1
       grep -E '^[UVMA] ' "$L/$n-probe-$pass.txt" | head -4 | sed "s|^|$n/$pass probe |"
     done
   done
   for B in "$@"; do
-    n=$(basename "$B")
-    timeout 90 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --dtype all --reps 30 --paired >"$L/$n-paired.txt" 2>&1
-    grep -E '^matmul ' "$L/$n-paired.txt" | sed "s|^|$n/paired |"
+    BENCH_TIMEOUT=90 bench_run paired "$B" '^matmul ' matmul --shape 4096x4096x4096 --algo mma_sync --dtype all \
+      --reps 30 --paired
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
