@@ -79,27 +79,30 @@ KILN_DEVICE int query_tile(const kiln_attn_args &p) {
   return p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
 }
 
-/* The backward's two score-like products of a step, c0 = A0·B0ᵀ and c1 = A1·B1ᵀ (S and dP, or
- * their transposes), both operands k-major over DP: A a warpgroup's 64 rows of a tile of AROWS
- * rows, B a tile of N rows. Each waits for its B tile (full0 / full1 at `phase`) and is its own
- * commit group, so the caller can wait for c0 alone (wgmma_wait<1>) while c1 runs. Their first k
- * step overwrites c0 / c1 (acc = false): no zeroing between the fence and the MMAs. */
+/* One score-like product of the backward, c = A·Bᵀ (S, dP or their transposes), both operands
+ * k-major over DP: A a warpgroup's 64 rows of a tile of AROWS rows, B a tile of N rows. It waits
+ * for its B tile (full at `phase`), fences first when FENCE (else the caller has, after its last
+ * register access to c) and is its own commit group. Its first k step overwrites c (acc = false):
+ * no zeroing between the fence and the MMAs. */
+template <int N, bool BF16, int AROWS, int DP, bool FENCE>
+KILN_DEVICE void score_product(float (&c)[N / 2], const uint8_t *a, const uint8_t *b, uint64_t *full, uint32_t phase) {
+  using namespace sm90;
+  mbar_wait(full, phase);
+  if (FENCE) wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ks++)
+    wgmma_m64k16<N, BF16, 0, 0>(c, kmajor_desc<AROWS>(a, ks), kmajor_desc<N>(b, ks), ks > 0);
+  wgmma_commit();
+}
+
+/* The backward's two score-like products of a step, c0 = A0·B0ᵀ and c1 = A1·B1ᵀ, each its own
+ * commit group, so the caller can wait for c0 alone (wgmma_wait<1>) while c1 runs. */
 template <int N, bool BF16, int AROWS, int DP>
 KILN_DEVICE void score_products(float (&c0)[N / 2], float (&c1)[N / 2], const uint8_t *a0, const uint8_t *b0,
                                 uint64_t *full0, const uint8_t *a1, const uint8_t *b1, uint64_t *full1,
                                 uint32_t phase) {
-  using namespace sm90;
-  mbar_wait(full0, phase);
-  wgmma_fence();
-#pragma unroll
-  for (int ks = 0; ks < DP / 16; ks++)
-    wgmma_m64k16<N, BF16, 0, 0>(c0, kmajor_desc<AROWS>(a0, ks), kmajor_desc<N>(b0, ks), ks > 0);
-  wgmma_commit();
-  mbar_wait(full1, phase);
-#pragma unroll
-  for (int ks = 0; ks < DP / 16; ks++)
-    wgmma_m64k16<N, BF16, 0, 0>(c1, kmajor_desc<AROWS>(a1, ks), kmajor_desc<N>(b1, ks), ks > 0);
-  wgmma_commit();
+  score_product<N, BF16, AROWS, DP, true>(c0, a0, b0, full0, phase);
+  score_product<N, BF16, AROWS, DP, false>(c1, a1, b1, full1, phase);
 }
 
 /* Barrier setup by thread 0: fixed_full, then full0, full1 and empty (CONSUMERS arrivals) per

@@ -4,7 +4,7 @@ accumulate) and m64nNk32 (s8 in, s32 accumulate) for the tile widths kiln uses, 
 N/2 accumulator operands are too many to write by hand.
 Run: python3 scripts/gen_wgmma.py > kernels/wgmma.cuh"""
 
-NS = (256, 128, 64)
+NS = (256, 128, 64, 32)
 
 
 def wrapper(n, dtype, acc, indent="    "):
