@@ -590,9 +590,8 @@ typedef enum kiln_attention_algo {
                                       * (tensor cores; UNSUPPORTED where they do not apply or
                                       * do not fit the device's shared memory) */
   KILN_ATTENTION_FLASH_WGMMA = 4,    /* FLASH with the sm_90a FlashAttention-3 style kernels
-                                      * (wgmma + TMA): sm_90 only, D <= 256 forward and D <= 128
-                                      * backward, no stride-0 repeats in q, k, v; UNSUPPORTED
-                                      * otherwise */
+                                      * (wgmma + TMA): sm_90 only, D <= 256, no stride-0
+                                      * repeats in q, k, v; UNSUPPORTED otherwise */
   KILN_ATTENTION_FLASH_DECODE = 5,   /* FLASH for few query rows per K/V head (decode against a
                                       * KV cache): the Hq / Hkv query heads of a group share each
                                       * K/V block (packed into 16-row tiles of head x query) and

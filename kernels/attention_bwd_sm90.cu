@@ -1,7 +1,7 @@
 /*
  * attention_bwd_sm90.cu — kiln_attention_backward's FLASH kernels for Hopper (sm_90a), head dims
- * padded to 64 or 128: the math and the split of attention_bwd_sm80.cu (delta there; dK/dV and
- * dQ here, deterministic, no atomics), with warpgroup MMA fed by TMA (attention_sm90.cuh):
+ * padded to 64, 128 or 256: the math and the split of attention_bwd_sm80.cu (delta there; dK/dV
+ * and dQ here, deterministic, no atomics), with warpgroup MMA fed by TMA (attention_sm90.cuh):
  *
  *   dK/dV: a block owns 128 keys of one K/V head (64 per consumer warpgroup); K and V are loaded
  *          once, Q and dO stream through the ring, BM = 128 (D = 64) or 64 (D = 128) query rows
@@ -12,11 +12,12 @@
  *            dV += Pᵀ·dO, dK += dSᵀ·Q            wgmma m64nDk16, A from registers (the
  *                                                accumulator layout of Sᵀ), dO and Q n-major
  *          The step's LSE (log2 units, +inf for padded rows or rows that saw no key) and delta
- *          are staged in shared memory by the consumers, behind a named barrier.
+ *          are staged in shared memory by the consumers, behind a named barrier. At D = 256 the
+ *          block owns 64 keys and its consumers split these products by role (dkdv_roles).
  *   dQ:    a block owns 128 query rows (64 per consumer); Q and dO are loaded once, K and V
- *          stream through the ring (64 or 128 keys per step); the wide D = 64 configuration has a
- *          third consumer warpgroup (192 rows, 64 keys per step), so that two warpgroups'
- *          elementwise work runs under the third's products:
+ *          stream through the ring (128, 64 or 32 keys per step at D = 64, 128, 256); the wide
+ *          D = 64 configuration has a third consumer warpgroup (192 rows, 64 keys per step), so
+ *          that two warpgroups' elementwise work runs under the third's products:
  *            S = Q_w·Kᵀ, dP = dO_w·Vᵀ; dS = P ∘ (dP − delta); dQ += dS·K (K n-major)
  * dK, dQ are scaled by `scale` at the end; every store is predicated (rows < S, columns < D).
  *
@@ -29,14 +30,129 @@
 namespace kiln {
 namespace attn {
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* Named barriers of the D = 256 dK/dV kernel's P exchange, per buffer (attention_sm90.cuh has 1-5). */
+constexpr int BAR_P_READY = 6, BAR_P_FREE = 8;
+
+/* The D = 256 dK/dV kernel's consumers (kiln_abi.h): the block owns 64 keys k0 .. k0 + 63, and its
+ * two consumer warpgroups split each step's products by role, since one 64 x 256 accumulator
+ * takes 128 of a thread's registers and dK and dV together would take all of them:
+ *   role 0: Sᵀ = K·Qᵀ, Pᵀ = exp2(Sᵀ·sl2 − lse2) (masked), Pᵀ's A fragments into the exchange
+ *           buffer, dV += Pᵀ·dO;
+ *   role 1: dPᵀ = V·dOᵀ, Pᵀ from the exchange buffer, dSᵀ = Pᵀ ∘ (dPᵀ − delta), dK += dSᵀ·Q.
+ * Both products of a step run at once (4 of the step's tensor-core units, none repeated); role 1
+ * waits for role 0's P once a step. The exchange holds both warpgroups' fragments in the same
+ * accumulator layout (64 keys x BM queries: thread t's words are its own), so it needs no
+ * swizzle: word i of thread t at [buffer][i][t], free of bank conflicts. Two buffers: role 0
+ * writes buffer `step & 1` after role 1 released what it read two steps before (BAR_P_FREE),
+ * role 1 reads it after role 0 filled it (BAR_P_READY). Each role stages its own per-query
+ * vector (LSE in log2 units, or delta) in two buffers behind its own warpgroup barrier. */
+template <bool BF16, int DP, int BM, int STAGES>
+__device__ __forceinline__ void dkdv_roles(const kiln_attn_args &p, uint8_t *sk, uint8_t *sv, uint8_t *ring,
+                                           uint64_t *kv_full, float *stats, uint32_t *xch, int role, int k0, int hk,
+                                           int b, int group, int per_head, int qb_first, int steps, int shift) {
+  using namespace sm90;
+  uint64_t *q_full = kv_full + 1, *do_full = q_full + STAGES, *empty = do_full + STAGES; /* init_barriers' order */
+  constexpr int FRAG = BM / 4; /* P's A-fragment words a thread */
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  float acc[DP / 2], sc[BM / 2]; /* dV and Sᵀ (role 0), dK and dPᵀ (role 1) */
+  auto &acc4 = *reinterpret_cast<float(*)[DP / 8][4]>(acc);
+  auto &sc4 = *reinterpret_cast<float(*)[BM / 8][4]>(sc);
+#pragma unroll
+  for (int i = 0; i < DP / 2; i++) acc[i] = 0.f;
+  const float sl2 = p.scale * LOG2E;
+  const int key0 = k0 + 16 * warp + lane / 4; /* this lane's keys: key0, key0 + 8 */
+  mbar_wait(kv_full, 0);
+  for (int step = 0; step < steps; step++) {
+    const int s = step % STAGES, h = hk * group + step / per_head, q0 = (qb_first + step % per_head) * BM;
+    const int buf = step & 1;
+    const uint32_t phase = (step / STAGES) & 1;
+    const uint8_t *sqt = ring_tile<DP, BM>(ring, s, 0), *sdo = ring_tile<DP, BM>(ring, s, 1);
+    /* Sᵀ = K·Qᵀ or dPᵀ = V·dOᵀ, issued before the column statistics' global loads run under it */
+    if (role == 0)
+      score_product<BM, BF16, 64, DP, true>(sc, sk, sqt, &q_full[s], phase);
+    else
+      score_product<BM, BF16, 64, DP, true>(sc, sv, sdo, &do_full[s], phase);
+    float *col = stats + (role * 2 + buf) * BM; /* lse2 (role 0) or delta (role 1) of the step's queries */
+    if (t < BM) col[t] = role == 0 ? row_lse2(p, b, h, q0 + t) : row_delta(p, b, h, q0 + t);
+    warpgroup_sync(role);
+    wgmma_wait<0>();
+    uint32_t *x = xch + buf * FRAG * 128 + t;
+    if (role == 0) {
+      /* Pᵀ in place, as dkdv_sm90 */
+      if (k0 + 64 > p.sk || (p.causal && q0 < k0 + 63 - shift)) {
+#pragma unroll
+        for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int qi = j * 8 + (lane % 4) * 2 + (e & 1), key = key0 + 8 * (e >> 1);
+            if (key >= p.sk || (p.causal && key > q0 + qi + shift)) sc4[j][e] = -INFINITY;
+          }
+      }
+#pragma unroll
+      for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          sc4[j][e] = exp2_fast(fmaf(sc4[j][e], sl2, -col[j * 8 + (lane % 4) * 2 + (e & 1)]));
+      uint32_t ap[BM / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; kk++) acc_to_a_frag<BF16>(ap[kk], sc4, kk);
+      if (step >= 2) named_sync(BAR_P_FREE + buf, 256); /* role 1 has read this buffer's P of step - 2 */
+#pragma unroll
+      for (int i = 0; i < FRAG; i++) x[i * 128] = ap[i / 4][i % 4];
+      named_arrive(BAR_P_READY + buf, 256);
+      /* dV += Pᵀ·dO */
+      mbar_wait(&do_full[s], phase);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; kk++) wgmma_rs_m64k16<DP, BF16, 1>(acc, ap[kk], nmajor_desc<BM>(sdo, kk));
+    } else {
+      named_sync(BAR_P_READY + buf, 256);
+      uint32_t pf[FRAG];
+#pragma unroll
+      for (int i = 0; i < FRAG; i++) pf[i] = x[i * 128];
+      if (step + 2 < steps) named_arrive(BAR_P_FREE + buf, 256); /* role 0 syncs on it at step + 2 */
+      /* dSᵀ = Pᵀ ∘ (dPᵀ − delta) in place of dPᵀ, P rounded to 16 bits as dSᵀ is next */
+#pragma unroll
+      for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          sc4[j][e] = unpack_half<BF16>(pf[(j / 2) * 4 + (j % 2) * 2 + (e >> 1)], e & 1) *
+                      (sc4[j][e] - col[j * 8 + (lane % 4) * 2 + (e & 1)]);
+      uint32_t ads[BM / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; kk++) acc_to_a_frag<BF16>(ads[kk], sc4, kk);
+      /* dK += dSᵀ·Q */
+      mbar_wait(&q_full[s], phase);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; kk++) wgmma_rs_m64k16<DP, BF16, 1>(acc, ads[kk], nmajor_desc<BM>(sqt, kk));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    if (t == 0) mbar_arrive(&empty[s]);
+  }
+  /* every MMA on the K and V tiles has retired in both warpgroups before they stage the results:
+   * dV·1 through V's tile (role 0), dK·scale through K's (role 1) */
+  consumers_sync();
+  if (role == 0 && p.dv)
+    store_acc<DP, 64, BF16>(acc4, 1.f, sv, p.dv, p.dv_dtype, b * p.dv_bs + hk * p.dv_hs, p.dv_bs, p.dv_hs, p.dv_ss,
+                            p.dv_ds, k0, p.sk, p.dv_dim, role, t);
+  if (role == 1 && p.dk)
+    store_acc<DP, 64, BF16>(acc4, p.scale, sk, p.dk, p.dk_dtype, b * p.dk_bs + hk * p.dk_hs, p.dk_bs, p.dk_hs, p.dk_ss,
+                            p.dk_ds, k0, p.sk, p.d, role, t);
+}
+#endif
+
 template <bool BF16, int DP>
 __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtensorMap *map_q, const CUtensorMap *map_k,
                                           const CUtensorMap *map_v, const CUtensorMap *map_do) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  constexpr int BN = KILN_ATTN_WG_KV_BN, BM = KILN_ATTN_WG_KV_BM(DP), STAGES = KILN_ATTN_WG_BWD_STAGES;
+  constexpr int BN = KILN_ATTN_WG_KV_BN(DP), BM = KILN_ATTN_WG_KV_BM(DP), STAGES = KILN_ATTN_WG_BWD_STAGES;
   constexpr int FIXED = BN * DP * 2, RING = STAGES * 2 * BM * DP * 2;
-  static_assert(KILN_ATTN_WG_KV_SMEM_BYTES(DP) >= 2 * FIXED + RING + 1024 + (1 + 3 * STAGES) * 8 + 4 * BM * 4,
+  static_assert(KILN_ATTN_WG_KV_SMEM_BYTES(DP) >= 2 * FIXED + RING + 1024 + (1 + 3 * STAGES) * 8 + 4 * BM * 4 +
+                                                     KILN_ATTN_WG_KV_XCH_BYTES(DP),
                 "smem budget");
   extern __shared__ uint8_t smem_raw[];
   uint8_t *sk = smem_base(smem_raw), *sv = sk + FIXED, *ring = sk + 2 * FIXED; /* slot s: Q, then dO */
@@ -62,6 +178,10 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
                                      steps, [&](int step, int &row, int &head) {
                                        row = (qb_first + step % per_head) * BM, head = hk * group + step / per_head;
                                      });
+  } else if constexpr (BN == 64) { /* D = 256: consumers by role */
+    consumer_registers();
+    dkdv_roles<BF16, DP, BM, STAGES>(p, sk, sv, ring, kv_full, stats, (uint32_t *)(stats + 4 * BM), wg - 1, k0, hk,
+                                     b, group, per_head, qb_first, steps, shift);
   } else { /* consumers */
     consumer_registers();
     const int cw = wg - 1, ct = threadIdx.x - 128, warp = t / 32, lane = t % 32;
@@ -289,5 +409,7 @@ KILN_ATTN_WG_BWD_ENTRIES(f16, false, 64)
 KILN_ATTN_WG_BWD_ENTRIES(f16, false, 128)
 KILN_ATTN_WG_BWD_ENTRIES(bf16, true, 64)
 KILN_ATTN_WG_BWD_ENTRIES(bf16, true, 128)
+KILN_ATTN_WG_BWD_ENTRIES(f16, false, 256)
+KILN_ATTN_WG_BWD_ENTRIES(bf16, true, 256)
 KILN_ATTN_WD_DQ_ENTRY(f16, false)
 KILN_ATTN_WD_DQ_ENTRY(bf16, true)

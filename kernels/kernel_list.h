@@ -38,13 +38,15 @@
   X(KILN_K_ATTN_FWD_##dt##_D64, "kiln_attn_fwd_" #dt "_d64", "attention_sm80")     \
   X(KILN_K_ATTN_FWD_##dt##_D128, "kiln_attn_fwd_" #dt "_d128", "attention_sm80")   \
   X(KILN_K_ATTN_FWD_##dt##_D256, "kiln_attn_fwd_" #dt "_d256", "attention_sm80")
-/* Attention backward (FLASH, sm_90a WGMMA): kiln_attn_bwd_{dkdv,dq}_wgmma_<dtype>_d<64, 128>, and the
- * wide D = 64 dQ kernel (kiln_abi.h WD_DQ_*). */
+/* Attention backward (FLASH, sm_90a WGMMA): kiln_attn_bwd_{dkdv,dq}_wgmma_<dtype>_d<64, 128, 256>, and
+ * the wide D = 64 dQ kernel (kiln_abi.h WD_DQ_*). */
 #define KILN_ATTN_WG_BWD_KERNELS_FOR(X, dt)                                                                    \
   X(KILN_K_ATTN_BWD_DKDV_WG_##dt##_D64, "kiln_attn_bwd_dkdv_wgmma_" #dt "_d64", "attention_bwd_sm90")         \
   X(KILN_K_ATTN_BWD_DKDV_WG_##dt##_D128, "kiln_attn_bwd_dkdv_wgmma_" #dt "_d128", "attention_bwd_sm90")       \
+  X(KILN_K_ATTN_BWD_DKDV_WG_##dt##_D256, "kiln_attn_bwd_dkdv_wgmma_" #dt "_d256", "attention_bwd_sm90")       \
   X(KILN_K_ATTN_BWD_DQ_WG_##dt##_D64, "kiln_attn_bwd_dq_wgmma_" #dt "_d64", "attention_bwd_sm90")             \
-  X(KILN_K_ATTN_BWD_DQ_WG_##dt##_D128, "kiln_attn_bwd_dq_wgmma_" #dt "_d128", "attention_bwd_sm90")       \
+  X(KILN_K_ATTN_BWD_DQ_WG_##dt##_D128, "kiln_attn_bwd_dq_wgmma_" #dt "_d128", "attention_bwd_sm90")           \
+  X(KILN_K_ATTN_BWD_DQ_WG_##dt##_D256, "kiln_attn_bwd_dq_wgmma_" #dt "_d256", "attention_bwd_sm90")           \
   X(KILN_K_ATTN_BWD_DQ_WD_##dt##_D64, "kiln_attn_bwd_dq_wide_" #dt "_d64", "attention_bwd_sm90")
 
 /* Attention forward (FLASH, sm_90a WGMMA): kiln_attn_fwd_wgmma_<dtype>_d<padded head dim 64, 128, 256>. */

@@ -358,20 +358,25 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_DEC_SMEM_BYTES(dp) \
   ((KILN_ATTN_DEC_ROWS + 2 * KILN_ATTN_DEC_STAGES * KILN_ATTN_DEC_BC) * ((dp) + KILN_GEMM_PAD) * 2)
 
-/* The sm_90a FLASH backward (kernels/attention_bwd_sm90.cu), head dims padded to 64 or 128, the
- * forward's 3 warpgroups; shared memory: two fixed tiles, a ring of WG_BWD_STAGES slots of two
+/* The sm_90a FLASH backward (kernels/attention_bwd_sm90.cu), head dims padded to 64, 128 or 256,
+ * the forward's 3 warpgroups; shared memory: two fixed tiles, a ring of WG_BWD_STAGES slots of two
  * tiles, 1 KB of alignment slack, the mbarriers (and for dK/dV the staged LSE and delta).
- *   dK/dV: a block owns WG_KV_BN = 128 keys (64 per consumer) of one K/V head, K and V loaded
- *          once, and walks the queries of its GQA group WG_KV_BM(dp) at a time (Q, dO in the
- *          ring): 128 for D = 64 (twice the work per step's fixed costs), 64 for D = 128 (the dK
- *          and dV accumulators take 128 registers).
+ *   dK/dV: a block owns WG_KV_BN(dp) keys of one K/V head, K and V loaded once, and walks the
+ *          queries of its GQA group WG_KV_BM(dp) at a time (Q, dO in the ring): 128 keys (64 per
+ *          consumer) and 128 queries for D = 64 (twice the work per step's fixed costs), 128 keys
+ *          and 64 queries for D = 128 (the dK and dV accumulators take 128 registers). At D = 256
+ *          a 64-key dK or dV accumulator alone takes 128 registers, so the block owns 64 keys and
+ *          its consumers split the products by role: one computes S and P and accumulates dV,
+ *          the other dP and dS and accumulates dK, P passing between them through shared memory
+ *          (WG_KV_XCH_BYTES: two buffers of the 64 x 64 tile's A fragments).
  *   dQ:    a block owns WG_BM = 128 query rows, Q and dO loaded once, and walks the keys
- *          WG_DQ_BN(dp) at a time (K, V in the ring): 128 for D = 64, 64 for D = 128 (registers).
+ *          WG_DQ_BN(dp) at a time (K, V in the ring): 128 for D = 64, 64 for D = 128 (registers),
+ *          32 for D = 256 (Q and dO take 128 KB: two slots of 64 keys would pass 227 KB).
  *          Its wide D = 64 configuration (attention_gpu.c's dq_wide_wins) owns WD_DQ_BM = 192
  *          query rows with three consumer warpgroups (WD_THREADS, 160 registers a thread, as the
  *          wide forward) and walks the keys 64 at a time, whose S, dP, dQ and dS fit those
  *          registers: two warpgroups' exponentials and dS run under the third's products. */
-#define KILN_ATTN_WG_KV_BN 128
+#define KILN_ATTN_WG_KV_BN(dp) ((dp) <= 128 ? 128 : 64)
 #ifndef KILN_ATTN_WG_KV_BM_D64 /* the #ifndef values can be overridden for tuning (KILN_TUNE_DEFS) */
 #define KILN_ATTN_WG_KV_BM_D64 128
 #endif
@@ -382,13 +387,18 @@ typedef struct kiln_attn_args {
 #ifndef KILN_ATTN_WG_DQ_BN_D128
 #define KILN_ATTN_WG_DQ_BN_D128 64
 #endif
-#define KILN_ATTN_WG_DQ_BN(dp) ((dp) <= 64 ? 128 : KILN_ATTN_WG_DQ_BN_D128)
+#ifndef KILN_ATTN_WG_DQ_BN_D256
+#define KILN_ATTN_WG_DQ_BN_D256 32
+#endif
+#define KILN_ATTN_WG_DQ_BN(dp) ((dp) <= 64 ? 128 : (dp) <= 128 ? KILN_ATTN_WG_DQ_BN_D128 : KILN_ATTN_WG_DQ_BN_D256)
 #define KILN_ATTN_WD_DQ_BM 192
 #define KILN_ATTN_WD_DQ_BN 64
 #define KILN_ATTN_WG_BWD_SMEM_BYTES(fixed_rows, ring_rows, dp)                                         \
   ((2 * (fixed_rows) + 2 * KILN_ATTN_WG_BWD_STAGES * (ring_rows)) * (dp) * 2 + 1024 +                  \
    (1 + 3 * KILN_ATTN_WG_BWD_STAGES) * 8 + 4 * KILN_ATTN_WG_KV_BM(dp) * 4)
-#define KILN_ATTN_WG_KV_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_KV_BN, KILN_ATTN_WG_KV_BM(dp), dp)
+#define KILN_ATTN_WG_KV_XCH_BYTES(dp) ((dp) > 128 ? 2 * 128 * KILN_ATTN_WG_KV_BM(dp) : 0)
+#define KILN_ATTN_WG_KV_SMEM_BYTES(dp) \
+  (KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_KV_BN(dp), KILN_ATTN_WG_KV_BM(dp), dp) + KILN_ATTN_WG_KV_XCH_BYTES(dp))
 #define KILN_ATTN_WG_DQ_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), dp)
 #define KILN_ATTN_WD_DQ_SMEM_BYTES KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WD_DQ_BM, KILN_ATTN_WD_DQ_BN, 64)
 

@@ -57,6 +57,9 @@
 #                    memcheck / racecheck of backward_shapes, then SDPA flash at D = 64 once and
 #                    kiln-bench attention --head-dim 64 --quick --dtype all with that peer, BASE and
 #                    every BUILD interleaved twice (about 7 minutes for four builds)
+#   bwd256 HEAD BASE  issue 8: the sm_90a backward at D = 256 (HEAD with its tests, BASE main's):
+#                    registers, HGMMA, test_gpu_attention, sanitizers of the backward tests, SDPA
+#                    flash and kiln-bench at D = 256, BASE and HEAD interleaved twice (7 minutes)
 #   wdbn64 BASE RUNG...  issue 8: the wide D = 64 forward with 64-key slots (rungs fwd-wd-bn64,
 #                    fwd-wd-bn64s8 of scripts/attn-fwd-ladder.sh, kiln-bench only): SDPA flash at
 #                    D = 64 once, then each build's forward with --tile-m 128 and 192 at S 2048 and
@@ -255,6 +258,34 @@ bwdland)
       bench_run "attn-$pass" "$b" '^attention' attention --quick --dtype all --peer "$L/sdpa.txt" >/dev/null
       bench_run "short-$pass" "$b" '^attention' attention --head-dim 64 --seq 256 --seq 512 --seq 1024 --dtype f16 \
         >/dev/null
+    done
+  done
+  ;;
+bwd256)
+  # issue 8: the sm_90a backward at D = 256 (dK/dV by role, dQ with 32-key steps; HEAD: a build
+  # with it and its tests, BASE: main's, whose D = 256 backward is the mma.sync one): registers
+  # and HGMMA counts, test_gpu_attention, memcheck of its backward tests, racecheck and synccheck
+  # of backward_shapes, then SDPA flash at D = 256 once and kiln-bench attention --head-dim 256
+  # --quick with that peer, BASE and HEAD interleaved twice (about 7 minutes)
+  H=$2
+  B=$3
+  gpu_info
+  timeout 60 cuobjdump -res-usage "$H/kernels/attention_bwd_sm90.fatbin" >"$L/res-usage.txt" 2>&1
+  grep -A1 -E 'Function kiln_attn_bwd_.*_d256' "$L/res-usage.txt" | grep -oE '(Function [a-z0-9_]+|REG:[0-9]+|SHARED:[0-9]+)' |
+    paste -sd' ' | sed 's/Function /\n/g'
+  echo
+  for k in dkdv dq; do
+    timeout 60 cuobjdump -sass -fun kiln_attn_bwd_${k}_wgmma_f16_d256 "$H/kernels/attention_bwd_sm90.fatbin" \
+      >"$L/sass-$k.txt" 2>&1
+    echo "kiln_attn_bwd_${k}_wgmma_f16_d256: HGMMA $(grep -c HGMMA "$L/sass-$k.txt"), LDL/STL $(grep -cE 'LDL|STL' "$L/sass-$k.txt")"
+  done
+  attn_bwd_checks "$H" "*backward*" racecheck synccheck
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  timeout 150 python3 scripts/bench_sdpa.py --quick --dtype all --head-dims 256 >"$L/sdpa.txt" 2>"$L/sdpa.err"
+  echo "bench_sdpa: exit $?"
+  for pass in 1 2; do
+    for b in "$B" "$H"; do
+      bench_run "attn-$pass" "$b" '^attention' attention --head-dim 256 --quick --dtype all --peer "$L/sdpa.txt"
     done
   done
   ;;

@@ -4,7 +4,7 @@
  *
  * Three kernel families run the FLASH algorithm:
  *   - the sm_90a tensor-core kernels (kernels/attention_sm90.cu, attention_bwd_sm90.cu: WGMMA,
- *     TMA), head dims padded to 64 or 128;
+ *     TMA), head dims padded to 64, 128 or 256 (the short-sequence forward 64 or 128);
  *   - the sm_80+ tensor-core kernels (kernels/attention_sm80.cu, attention_bwd_sm80.cu:
  *     mma.sync), head dims padded to 64, 128 or 256;
  *   - the CUDA-core kernels (kernels/attention_simt.cu: f32 arithmetic), any problem that passes
@@ -91,8 +91,8 @@ static kiln_status launch_simt(const kiln_context *ctx, const char *op, const ki
 }
 
 /* Head dims are padded to the kernels' DP: 64, 128 or 256. Each kernel family is listed as
- * D64, D128[, D256] per dtype (kernel_list.h; the WGMMA backward and short-sequence families stop
- * at D128, which is all they are chosen for), so its kernel is the dtype's first plus 0, 1 or 2. */
+ * D64, D128[, D256] per dtype (kernel_list.h; the short-sequence family stops at D128, which is all
+ * it is chosen for), so its kernel is the dtype's first plus 0, 1 or 2. */
 static int padded_dim(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
 static kiln_kernel_id family_kernel(kiln_kernel_id f16_d64, kiln_kernel_id bf16_d64, const kiln_attn_args *a) {
   const int dp = padded_dim(a->d);
@@ -100,8 +100,8 @@ static kiln_kernel_id family_kernel(kiln_kernel_id f16_d64, kiln_kernel_id bf16_
 }
 
 /* ---- the sm_90a forward (kernels/attention_sm90.cu) ---------------------------------------- */
-/* It takes head dims padded to 64, 128 or 256 (its backward and the short-sequence forward 64 or
- * 128: `over128` is then the reason for a larger D) on an sm_90 device, through TMA maps of Q, K
+/* It takes head dims padded to 64, 128 or 256 (the short-sequence forward 64 or 128: `over128` is
+ * then the reason for a larger D) on an sm_90 device, through TMA maps of Q, K
  * and V, which need what check_tensor_cores asks (16-byte aligned data, strides multiples of 16
  * bytes) and a non-zero stride over every dimension of size > 1 (a view that repeats rows with
  * stride 0, e.g. K expanded over heads, goes to the MMA_SYNC kernel). */
@@ -291,9 +291,7 @@ static kiln_status choose(const kiln_context *ctx, const char *op, const kiln_at
     *f = FAMILY_DECODE;
     return KILN_OK;
   }
-  const char *over128 = backward                     ? "its backward takes head dims up to 128"
-                        : algo == KILN_ATTENTION_SMEM ? "it takes head dims up to 128"
-                                                      : NULL;
+  const char *over128 = algo == KILN_ATTENTION_SMEM && !backward ? "it takes head dims up to 128" : NULL;
   const char *misfit = algo == KILN_ATTENTION_FLASH_MMA_SYNC ? "" : wgmma_misfit(ctx, a, over128);
   if (wgmma && misfit)
     return kiln_fail(KILN_ERROR_UNSUPPORTED,
@@ -454,9 +452,9 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
     if ((a->dk || a->dv) &&
         (st = launch_wgmma(ctx, op, &args,
                            family_kernel(KILN_K_ATTN_BWD_DKDV_WG_f16_D64, KILN_K_ATTN_BWD_DKDV_WG_bf16_D64, a),
-                           (unsigned)((a->sk + KILN_ATTN_WG_KV_BN - 1) / KILN_ATTN_WG_KV_BN), (unsigned)a->hkv,
+                           (unsigned)((a->sk + KILN_ATTN_WG_KV_BN(dp) - 1) / KILN_ATTN_WG_KV_BN(dp)), (unsigned)a->hkv,
                            KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_KV_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM(dp),
-                           KILN_ATTN_WG_KV_BN, true, false, stream)))
+                           KILN_ATTN_WG_KV_BN(dp), true, false, stream)))
       return st;
     if (!a->dq) return KILN_OK;
     const config c =
