@@ -285,7 +285,7 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
                                         const CUtensorMap *map_v, const CUtensorMap *map_do) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  constexpr int BM = 64 * NC, STAGES = KILN_ATTN_WG_BWD_STAGES;
+  constexpr int BM = 64 * NC, STAGES = KILN_ATTN_WG_DQ_STAGES(DP);
   constexpr int FIXED = BM * DP * 2, RING = STAGES * 2 * BN * DP * 2;
   /* three warpgroups have 160 registers a thread: S and dP of 64 keys (32 each), dQ (32) and the
    * dS fragments (16) fit, those of 128 keys do not */

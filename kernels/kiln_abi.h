@@ -393,14 +393,23 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_WG_DQ_BN(dp) ((dp) <= 64 ? 128 : (dp) <= 128 ? KILN_ATTN_WG_DQ_BN_D128 : KILN_ATTN_WG_DQ_BN_D256)
 #define KILN_ATTN_WD_DQ_BM 192
 #define KILN_ATTN_WD_DQ_BN 64
-#define KILN_ATTN_WG_BWD_SMEM_BYTES(fixed_rows, ring_rows, dp)                                         \
-  ((2 * (fixed_rows) + 2 * KILN_ATTN_WG_BWD_STAGES * (ring_rows)) * (dp) * 2 + 1024 +                  \
-   (1 + 3 * KILN_ATTN_WG_BWD_STAGES) * 8 + 4 * KILN_ATTN_WG_KV_BM(dp) * 4)
+/* The dQ kernel's ring slots: WG_BWD_STAGES, and at D = 256 (32-key slots) a tuning parameter
+ * (KILN_TUNE_DEFS; 3 slots fit, 231.5 KB). */
+#ifndef KILN_ATTN_WG_DQ_STAGES_D256
+#define KILN_ATTN_WG_DQ_STAGES_D256 KILN_ATTN_WG_BWD_STAGES
+#endif
+#define KILN_ATTN_WG_DQ_STAGES(dp) ((dp) <= 128 ? KILN_ATTN_WG_BWD_STAGES : KILN_ATTN_WG_DQ_STAGES_D256)
+#define KILN_ATTN_WG_BWD_SMEM_BYTES(fixed_rows, ring_rows, stages, dp)                                 \
+  ((2 * (fixed_rows) + 2 * (stages) * (ring_rows)) * (dp) * 2 + 1024 + (1 + 3 * (stages)) * 8 +          \
+   4 * KILN_ATTN_WG_KV_BM(dp) * 4)
 #define KILN_ATTN_WG_KV_XCH_BYTES(dp) ((dp) > 128 ? 2 * 128 * KILN_ATTN_WG_KV_BM(dp) : 0)
-#define KILN_ATTN_WG_KV_SMEM_BYTES(dp) \
-  (KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_KV_BN(dp), KILN_ATTN_WG_KV_BM(dp), dp) + KILN_ATTN_WG_KV_XCH_BYTES(dp))
-#define KILN_ATTN_WG_DQ_SMEM_BYTES(dp) KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), dp)
-#define KILN_ATTN_WD_DQ_SMEM_BYTES KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WD_DQ_BM, KILN_ATTN_WD_DQ_BN, 64)
+#define KILN_ATTN_WG_KV_SMEM_BYTES(dp)                                                                 \
+  (KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_KV_BN(dp), KILN_ATTN_WG_KV_BM(dp), KILN_ATTN_WG_BWD_STAGES, dp) + \
+   KILN_ATTN_WG_KV_XCH_BYTES(dp))
+#define KILN_ATTN_WG_DQ_SMEM_BYTES(dp) \
+  KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), KILN_ATTN_WG_DQ_STAGES(dp), dp)
+#define KILN_ATTN_WD_DQ_SMEM_BYTES \
+  KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WD_DQ_BM, KILN_ATTN_WD_DQ_BN, KILN_ATTN_WG_BWD_STAGES, 64)
 
 /* The FLASH backward (kernels/attention_bwd_sm80.cu), 4 warps per block each:
  * dK/dV kernel: a block owns KV_BN = 64 keys (16 per warp) and KV_DO(dp) output columns (all of

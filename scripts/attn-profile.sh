@@ -1,9 +1,9 @@
 #!/bin/bash
 # Nsight Compute readings of the attention kernels next to SDPA's, for the shapes where kiln
 # trails: the SMEM short forward at S = 128 (B128 H32 D64, f16; issue 7), the FLASH backward at
-# S = 2048 causal (B8 H32 D64), and the 128-row FLASH forward at S = 2048, D = 64 causal and not
-# (issue 8: causal runs at ~80 % of the unmasked rate there). Run on the GPU from the repository
-# root:
+# S = 2048 causal (B8 H32 D64), the 128-row FLASH forward at S = 2048, D = 64 causal and not
+# (issue 8: causal runs at ~80 % of the unmasked rate there), and the D = 256 backward (B8 H8
+# S2048). Run on the GPU from the repository root:
 #   scripts/attn-profile.sh BUILD [NAME...]   (BUILD holds libkiln.so and tools/kiln-bench; NAMEs
 #                                             pick profiles, none: all)
 # Logs go to $OUT (ncu-*.txt). Clocks are left alone (--clock-control none).
@@ -21,6 +21,9 @@ for c in 0 1; do
 done
 ncu_prof bwd2048c "attn_bwd_(dkdv_wgmma_f16_d64|dq_wgmma_f16_d64|delta)" 3 3 \
   "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal 1 --algo wgmma
+# the D = 256 backward (dK/dV by role, dQ with 32-key steps), S = 2048 without a mask
+ncu_prof bwd256 "attn_bwd_(dkdv_wgmma_f16_d256|dq_wgmma_f16_d256|delta)" 3 3 \
+  "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal 0 --head-dim 256 --algo wgmma
 cat >"$OUT/sdpa.py" <<'PY'
 import sys, torch
 import torch.nn.functional as F

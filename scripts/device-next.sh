@@ -60,6 +60,8 @@
 #   bwd256 HEAD BASE  issue 8: the sm_90a backward at D = 256 (HEAD with its tests, BASE main's):
 #                    registers, HGMMA, test_gpu_attention, sanitizers of the backward tests, SDPA
 #                    flash and kiln-bench at D = 256, BASE and HEAD interleaved twice (7 minutes)
+#   bwd256r HEAD RUNG...  issue 8: Nsight Compute of the D = 256 backward, and its rungs beside
+#                    HEAD (kiln-bench at D = 256, interleaved twice; about 4 minutes)
 #   wdbn64 BASE RUNG...  issue 8: the wide D = 64 forward with 64-key slots (rungs fwd-wd-bn64,
 #                    fwd-wd-bn64s8 of scripts/attn-fwd-ladder.sh, kiln-bench only): SDPA flash at
 #                    D = 64 once, then each build's forward with --tile-m 128 and 192 at S 2048 and
@@ -288,6 +290,23 @@ bwd256)
       bench_run "attn-$pass" "$b" '^attention' attention --head-dim 256 --quick --dtype all --peer "$L/sdpa.txt"
     done
   done
+  ;;
+bwd256r)
+  # issue 8: the D = 256 backward's next rungs (scripts/attn-bwd-ladder.sh d256*; kiln-bench only)
+  # beside HEAD (main's build): Nsight Compute of HEAD's D = 256 backward kernels
+  # (scripts/attn-profile.sh bwd256, logs in $L/ncu), then kiln-bench attention --head-dim 256
+  # --quick --dtype all, HEAD and the RUNGs interleaved twice (about 4 minutes)
+  H=$2
+  shift 2
+  gpu_info
+  OUT="$L/ncu" bash scripts/attn-profile.sh "$H" bwd256
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  for pass in 1 2; do
+    for b in "$H" "$@"; do
+      bench_run "attn-$pass" "$b" 'fwd\+bwd' attention --head-dim 256 --quick --dtype all
+    done
+  done
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   ;;
 bwdwide)
   B=$2
