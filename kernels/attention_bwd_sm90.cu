@@ -178,7 +178,8 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
                                      steps, [&](int step, int &row, int &head) {
                                        row = (qb_first + step % per_head) * BM, head = hk * group + step / per_head;
                                      });
-  } else if constexpr (BN == 64) { /* D = 256: consumers by role */
+  } else if constexpr (DP > 128) { /* consumers by role */
+    static_assert(BN == 64, "one warpgroup's 64 keys a block");
     consumer_registers();
     dkdv_roles<BF16, DP, BM, STAGES>(p, sk, sv, ring, kv_full, stats, (uint32_t *)(stats + 4 * BM), wg - 1, k0, hk,
                                      b, group, per_head, qb_first, steps, shift);

@@ -101,10 +101,10 @@ static kiln_kernel_id family_kernel(kiln_kernel_id f16_d64, kiln_kernel_id bf16_
 
 /* ---- the sm_90a forward (kernels/attention_sm90.cu) ---------------------------------------- */
 /* It takes head dims padded to 64, 128 or 256 (the short-sequence forward 64 or 128: `over128` is
- * then the reason for a larger D) on an sm_90 device, through TMA maps of Q, K
- * and V, which need what check_tensor_cores asks (16-byte aligned data, strides multiples of 16
- * bytes) and a non-zero stride over every dimension of size > 1 (a view that repeats rows with
- * stride 0, e.g. K expanded over heads, goes to the MMA_SYNC kernel). */
+ * then the reason for a larger D) on an sm_90 device, through TMA maps of Q, K and V, which need
+ * what check_tensor_cores asks (16-byte aligned data, strides multiples of 16 bytes) and a
+ * non-zero stride over every dimension of size > 1 (a view that repeats rows with stride 0, e.g.
+ * K expanded over heads, goes to the MMA_SYNC kernel). */
 static bool strided(int64_t n, int64_t stride) { return n == 1 || stride != 0; }
 static const char *wgmma_misfit(const kiln_context *ctx, const kiln_attn_args *a, const char *over128) {
   if (ctx->arch != 90) return "it needs an sm_90 GPU (Hopper: H100, H200)";
