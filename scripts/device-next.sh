@@ -294,12 +294,16 @@ bwd256)
 bwd256r)
   # issue 8: the D = 256 backward's next rungs (scripts/attn-bwd-ladder.sh d256*; kiln-bench only)
   # beside HEAD (main's build): Nsight Compute of HEAD's D = 256 backward kernels
-  # (scripts/attn-profile.sh bwd256, logs in $L/ncu), then kiln-bench attention --head-dim 256
-  # --quick --dtype all, HEAD and the RUNGs interleaved twice (about 4 minutes)
+  # (scripts/attn-profile.sh bwd256, logs in $L/ncu), the Python attention tests with HEAD's
+  # library, then kiln-bench attention --head-dim 256 --quick --dtype all, HEAD and the RUNGs
+  # interleaved twice (about 5 minutes)
   H=$2
   shift 2
   gpu_info
   OUT="$L/ncu" bash scripts/attn-profile.sh "$H" bwd256
+  PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 150 python3 -m pytest -q -rs -p no:cacheprovider \
+    python/tests/test_attention.py python/tests/test_gpu.py -k "attention" >"$L/pytest.log" 2>&1
+  echo "python attention tests: exit $?: $(tail -1 "$L/pytest.log")"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   for pass in 1 2; do
     for b in "$H" "$@"; do
