@@ -21,9 +21,10 @@ for c in 0 1; do
 done
 ncu_prof bwd2048c "attn_bwd_(dkdv_wgmma_f16_d64|dq_wgmma_f16_d64|delta)" 3 3 \
   "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal 1 --algo wgmma
-# the D = 256 backward (dK/dV by role, dQ with 32-key steps), S = 2048 without a mask
+# the D = 256 backward (dK/dV by role, dQ with 32-key steps), S = 2048 without a mask (AUTO:
+# kiln-bench before 2026-12-06 ran no backward row for an explicit wgmma at D = 256)
 ncu_prof bwd256 "attn_bwd_(dkdv_wgmma_f16_d256|dq_wgmma_f16_d256|delta)" 3 3 \
-  "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal 0 --head-dim 256 --algo wgmma
+  "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal 0 --head-dim 256
 cat >"$OUT/sdpa.py" <<'PY'
 import sys, torch
 import torch.nn.functional as F

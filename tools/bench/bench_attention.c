@@ -26,8 +26,7 @@ const char bench_attention_usage[] =
     "  --causal 0|1|all       (default all)\n"
     "  --algo auto|mma_sync|wgmma|smem|all  kernel (default auto: what kiln picks; all: mma_sync, and wgmma\n"
     "                         and smem on sm_90; the backward runs the family's kernels whatever the algo)\n"
-    "  --head-dim 64|128|256|all  (default all: 64 and 128; 256 runs no SMEM rows, and FLASH_WGMMA's\n"
-    "                         forward only, its backward taking head dims up to 128)\n"
+    "  --head-dim 64|128|256|all  (default all: 64 and 128; 256 runs no SMEM rows)\n"
     "  --tile-m 128|192       with --algo wgmma: opts.tile_m, the query rows per block of the sm_90a forward\n"
     "                         and the backward's dQ kernel (192 only at D = 64; D = 128 rows keep the\n"
     "                         default), for A/B runs in one call\n"
@@ -177,7 +176,6 @@ static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtyp
     if (c.opts.tile_m) snprintf(tile_s, sizeof tile_s, " m%d", c.opts.tile_m);
     snprintf(algo_s, sizeof algo_s, "%s%s%s", algo_label(algos[a]), causal ? " causal" : "", tile_s);
     if ((rc = time_row(env, attn_call_fn, &c, "attention", shape_s, dt, algo_s, flops, pt ? pt->us : NAN))) break;
-    if (D > 128 && algos[a] == KILN_ATTENTION_FLASH_WGMMA) continue; /* its backward takes head dims up to 128 */
     rc = time_row(env, attn_fwdbwd_fn, &c, "attention fwd+bwd", shape_s, dt, algo_s, 3.5 * flops,
                   pt ? pt->bwd_us : NAN);
   }
