@@ -31,6 +31,28 @@ namespace kiln {
 namespace attn {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* Pᵀ in place of Sᵀ for a warpgroup's 64 keys (this lane's rows key0 and key0 + 8) of the block
+ * of BN keys from k0, and the BM queries from q0 (lse2: their LSE in log2 units): keys past Sk
+ * and, when causal, right of the diagonal get -inf scores first, in the steps whose block holds
+ * any, so that the common step runs no mask at all; then Pᵀ = exp2(Sᵀ·sl2 − lse2). */
+template <int BM, int BN>
+__device__ __forceinline__ void scores_to_p(float (&st4)[BM / 8][4], const float *lse2, const kiln_attn_args &p,
+                                            int key0, int k0, int q0, int shift, float sl2, int lane) {
+  if (k0 + BN > p.sk || (p.causal && q0 < k0 + BN - 1 - shift)) {
+#pragma unroll
+    for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int qi = j * 8 + (lane % 4) * 2 + (e & 1), key = key0 + 8 * (e >> 1);
+        if (key >= p.sk || (p.causal && key > q0 + qi + shift)) st4[j][e] = -INFINITY;
+      }
+  }
+#pragma unroll
+  for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) st4[j][e] = exp2_fast(fmaf(st4[j][e], sl2, -lse2[j * 8 + (lane % 4) * 2 + (e & 1)]));
+}
+
 /* Named barriers of the D = 256 dK/dV kernel's P exchange, per buffer (attention_sm90.cuh has 1-5). */
 constexpr int BAR_P_READY = 6, BAR_P_FREE = 8;
 
@@ -79,21 +101,7 @@ __device__ __forceinline__ void dkdv_roles(const kiln_attn_args &p, uint8_t *sk,
     wgmma_wait<0>();
     uint32_t *x = xch + buf * FRAG * 128 + t;
     if (role == 0) {
-      /* Pᵀ in place, as dkdv_sm90 */
-      if (k0 + 64 > p.sk || (p.causal && q0 < k0 + 63 - shift)) {
-#pragma unroll
-        for (int j = 0; j < BM / 8; j++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int qi = j * 8 + (lane % 4) * 2 + (e & 1), key = key0 + 8 * (e >> 1);
-            if (key >= p.sk || (p.causal && key > q0 + qi + shift)) sc4[j][e] = -INFINITY;
-          }
-      }
-#pragma unroll
-      for (int j = 0; j < BM / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-          sc4[j][e] = exp2_fast(fmaf(sc4[j][e], sl2, -col[j * 8 + (lane % 4) * 2 + (e & 1)]));
+      scores_to_p<BM, 64>(sc4, col, p, key0, k0, q0, shift, sl2, lane);
       uint32_t ap[BM / 16][4];
 #pragma unroll
       for (int kk = 0; kk < BM / 16; kk++) acc_to_a_frag<BF16>(ap[kk], sc4, kk);
@@ -219,22 +227,7 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
       consumers_sync();
       wgmma_wait<1>();
 
-      /* Pᵀ in place: keys past Sk (the last block) and, when causal, right of the diagonal (steps
-       * that cross it) get -inf scores first, so the common step runs no mask at all */
-      if (k0 + BN > p.sk || (p.causal && q0 < k0 + BN - 1 - shift)) {
-#pragma unroll
-        for (int j = 0; j < BM / 8; j++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const int qi = j * 8 + (lane % 4) * 2 + (e & 1), key = key0 + 8 * (e >> 1);
-            if (key >= p.sk || (p.causal && key > q0 + qi + shift)) st4[j][e] = -INFINITY;
-          }
-      }
-#pragma unroll
-      for (int j = 0; j < BM / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-          st4[j][e] = exp2_fast(fmaf(st4[j][e], sl2, -lse2[j * 8 + (lane % 4) * 2 + (e & 1)]));
+      scores_to_p<BM, BN>(st4, lse2, p, key0, k0, q0, shift, sl2, lane); /* Pᵀ in place */
       uint32_t ap[BM / 16][4], ads[BM / 16][4];
 #pragma unroll
       for (int kk = 0; kk < BM / 16; kk++) acc_to_a_frag<BF16>(ap[kk], st4, kk);
