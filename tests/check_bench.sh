@@ -41,7 +41,7 @@ rows=$(grep -c "paired: 2 rounds" "$tmp/qkv.txt")
 rows=$(grep -c "^attention" "$tmp/attention.txt")
 [ "$rows" -eq 6 ] || fail "attention: $rows rows, expected 6 (forward, forward + backward x 3 algos)"
 rows=$(grep -c "^attention" "$tmp/attention256.txt")
-[ "$rows" -eq 3 ] || fail "attention D = 256: $rows rows, expected 3 (MMA_SYNC forward and forward + backward, WGMMA forward)"
+[ "$rows" -eq 4 ] || fail "attention D = 256: $rows rows, expected 4 (forward, forward + backward x MMA_SYNC, WGMMA)"
 "$bench" attention --paired >"$tmp/refused.txt" 2>&1 && fail "attention accepted --paired, which it does not implement"
 if command -v python3 >/dev/null; then
   python3 - "$tmp/matmul.json" "$tmp/int8.json" <<'PY' || fail "JSON"
