@@ -177,6 +177,15 @@ attn_bwd_checks() { # attn_bwd_checks BUILD FILTER TOOL...: test_gpu_attention, 
     echo "$tool backward_shapes: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-backward.log"))"
   done
 }
+attn_pytest() { # attn_pytest BUILD: the Python attention tests with BUILD's library (log $L/pytest.log)
+  PYTHONUNBUFFERED=1 KILN_LIBRARY="$1/libkiln.so" timeout 150 python3 -m pytest -q -rs -p no:cacheprovider \
+    python/tests/test_attention.py python/tests/test_gpu.py -k "attention" >"$L/pytest.log" 2>&1
+  echo "python attention tests: exit $?: $(tail -1 "$L/pytest.log")"
+}
+sdpa_peer() { # sdpa_peer [ARGS...]: SDPA flash times for kiln-bench's --peer into $L/sdpa.txt (--quick --dtype all ARGS)
+  timeout 150 python3 scripts/bench_sdpa.py --quick --dtype all "$@" >"$L/sdpa.txt" 2>"$L/sdpa.err"
+  echo "bench_sdpa: exit $?"
+}
 bench_run() { # bench_run TAG BUILD PATTERN ARGS...: BUILD's kiln-bench ARGS into $L/TAG-BUILD.txt; its rows
   # matching PATTERN, each prefixed BUILD/TAG (timeout $BENCH_TIMEOUT s, default 150)
   local tag=$1 b=$2 pat=$3 f
@@ -229,8 +238,7 @@ wdbn64)
   B=$2
   shift 2
   gpu_info
-  timeout 120 python3 scripts/bench_sdpa.py --quick --dtype all --head-dims 64 >"$L/sdpa.txt" 2>"$L/sdpa.err"
-  echo "bench_sdpa: exit $?"
+  sdpa_peer --head-dims 64
   for pass in 1 2; do
     for b in "$B" "$@"; do
       for tm in 128 192; do
@@ -247,14 +255,11 @@ bwdland)
   gpu_info
   if [ -z "${BENCH_ONLY:-}" ]; then
   attn_bwd_checks "$H" "*backward*" racecheck synccheck
-  PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 150 python3 -m pytest -q -rs -p no:cacheprovider \
-    python/tests/test_attention.py python/tests/test_gpu.py -k "attention" >"$L/pytest.log" 2>&1
-  echo "python attention tests: exit $?: $(tail -1 "$L/pytest.log")"
+  attn_pytest "$H"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   fi
   [ -n "${TESTS_ONLY:-}" ] && exit 0
-  timeout 150 python3 scripts/bench_sdpa.py --quick --dtype all >"$L/sdpa.txt" 2>"$L/sdpa.err"
-  echo "bench_sdpa: exit $?"
+  sdpa_peer
   for pass in 1 2; do
     for b in "$B" "$H" "$@"; do
       bench_run "attn-$pass" "$b" '^attention' attention --quick --dtype all --peer "$L/sdpa.txt" >/dev/null
@@ -283,8 +288,7 @@ bwd256)
   done
   attn_bwd_checks "$H" "*backward*" racecheck synccheck
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
-  timeout 150 python3 scripts/bench_sdpa.py --quick --dtype all --head-dims 256 >"$L/sdpa.txt" 2>"$L/sdpa.err"
-  echo "bench_sdpa: exit $?"
+  sdpa_peer --head-dims 256
   for pass in 1 2; do
     for b in "$B" "$H"; do
       bench_run "attn-$pass" "$b" '^attention' attention --head-dim 256 --quick --dtype all --peer "$L/sdpa.txt"
@@ -301,9 +305,7 @@ bwd256r)
   shift 2
   gpu_info
   OUT="$L/ncu" bash scripts/attn-profile.sh "$H" bwd256
-  PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 150 python3 -m pytest -q -rs -p no:cacheprovider \
-    python/tests/test_attention.py python/tests/test_gpu.py -k "attention" >"$L/pytest.log" 2>&1
-  echo "python attention tests: exit $?: $(tail -1 "$L/pytest.log")"
+  attn_pytest "$H"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   for pass in 1 2; do
     for b in "$H" "$@"; do
@@ -323,8 +325,7 @@ bwdwide)
       attn_bwd_checks "$b" backward_shapes racecheck
     )
   done
-  timeout 120 python3 scripts/bench_sdpa.py --quick --dtype all --head-dims 64 >"$L/sdpa.txt" 2>"$L/sdpa.err"
-  echo "bench_sdpa: exit $?"
+  sdpa_peer --head-dims 64
   for pass in 1 2; do
     for b in "$B" "$@"; do
       bench_run "attn-$pass" "$b" '^attention' attention --quick --head-dim 64 --dtype all --peer "$L/sdpa.txt"
