@@ -171,6 +171,17 @@ static kiln_status launch_config(const kiln_context *ctx, const char *op, const 
                       c.bm, c.bn, backward, dependent, stream);
 }
 
+/* opts.tile_m 192 asks for the wide configurations (the forward's and the backward's dQ kernel,
+ * `what`), which exist for head dims padded to 64 only. */
+static kiln_status check_tile_m(const char *op, const kiln_attn_args *a, int tile_m, const char *what) {
+  if (tile_m == 192 && padded_dim(a->d) != 64)
+    return kiln_fail(KILN_ERROR_UNSUPPORTED,
+                     "%s: opts->tile_m is 192 but D is %d; the wide sm_90a %s takes head dims <= 64; use tile_m 0 or "
+                     "128",
+                     op, a->d, what);
+  return KILN_OK;
+}
+
 /* The kernel family that runs a problem (the sm_90a forward has three configurations: FLASH's,
  * its wide D = 64 one (wide_wins) and SMEM's short-sequence one (short_wins)). */
 typedef enum family { FAMILY_WGMMA, FAMILY_MMA_SYNC, FAMILY_SIMT, FAMILY_DECODE } family;
@@ -334,11 +345,7 @@ kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, 
                                KILN_ATTN_DEC_THREADS, (unsigned)KILN_ATTN_DEC_SMEM_BYTES(dp), stream, params, op);
   }
   if (f == FAMILY_WGMMA) {
-    if (tile_m == 192 && dp != 64)
-      return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                       "%s: opts->tile_m is 192 but D is %d; the wide sm_90a forward takes head dims <= 64; use "
-                       "tile_m 0 or 128",
-                       op, a->d);
+    if ((st = check_tile_m(op, a, tile_m, "forward"))) return st;
     config c;
     if (algo == KILN_ATTENTION_SMEM || (algo == KILN_ATTENTION_AUTO && !tile_m && short_wins(a)))
       c = (config){family_kernel(KILN_K_ATTN_FWD_SH_f16_D64, KILN_K_ATTN_FWD_SH_bf16_D64, a), KILN_ATTN_SH_BM,
@@ -424,11 +431,7 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
                      "batch",
                      op, rows, INT32_MAX);
   const int dp = padded_dim(a->d);
-  if (f == FAMILY_WGMMA && tile_m == 192 && dp != 64) /* before any launch */
-    return kiln_fail(KILN_ERROR_UNSUPPORTED,
-                     "%s: opts->tile_m is 192 but D is %d; the wide sm_90a dQ kernel takes head dims <= 64; use "
-                     "tile_m 0 or 128",
-                     op, a->d);
+  if (f == FAMILY_WGMMA && (st = check_tile_m(op, a, tile_m, "dQ kernel"))) return st; /* before any launch */
   kiln_attn_args args = *a;
   void *params[] = {&args};
   args.delta = (float *)workspace;
