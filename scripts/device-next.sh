@@ -63,7 +63,8 @@
 #   pwkr HEAD BASE   issue 8: per-warpgroup key ranges (the wide D = 64 forward, every dQ kernel):
 #                    HEAD's test_gpu_attention and sanitizers of its ragged and causal tests, SDPA
 #                    flash, kiln-bench attention --quick (AUTO) BASE and HEAD interleaved twice,
-#                    then D = 64 causal S 1024-4096 with --tile-m 128 and 192 (about 8 minutes)
+#                    then D = 64 causal S 1024-4096 with --tile-m 128 and 192 (4 minutes; PASSES=1:
+#                    one interleaved pass, 3 minutes)
 #   bwd256r HEAD RUNG...  issue 8: Nsight Compute of the D = 256 backward, and its rungs beside
 #                    HEAD (kiln-bench at D = 256, interleaved twice; about 4 minutes)
 #   wdbn64 BASE RUNG...  issue 8: the wide D = 64 forward with 64-key slots (rungs fwd-wd-bn64,
@@ -322,7 +323,7 @@ pwkr)
   done
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
   sdpa_peer
-  for pass in 1 2; do
+  for pass in $(seq 1 "${PASSES:-2}"); do
     for b in "$B" "$H"; do
       bench_run "attn-$pass" "$b" '^attention' attention --quick --dtype all --peer "$L/sdpa.txt"
     done
