@@ -64,7 +64,7 @@
 #                    HEAD's test_gpu_attention and sanitizers of its ragged and causal tests, SDPA
 #                    flash, kiln-bench attention --quick (AUTO) BASE and HEAD interleaved twice,
 #                    then D = 64 causal S 1024-4096 with --tile-m 128 and 192 (4 minutes; PASSES=1:
-#                    one interleaved pass, 3 minutes)
+#                    one interleaved pass, 3 minutes; SANITIZE=0: no sanitizers, 2 minutes)
 #   bwd256r HEAD RUNG...  issue 8: Nsight Compute of the D = 256 backward, and its rungs beside
 #                    HEAD (kiln-bench at D = 256, interleaved twice; about 4 minutes)
 #   wdbn64 BASE RUNG...  issue 8: the wide D = 64 forward with 64-key slots (rungs fwd-wd-bn64,
@@ -305,33 +305,36 @@ pwkr)
   # consumer warpgroup without a ping-pong partner walks only the key blocks its own 64 rows see
   # (causal tiles' first rows see fewer; rows past Sq none). HEAD's test_gpu_attention (each
   # D <= 64 case through both tile heights), memcheck of its ragged, masked and backward tests,
-  # racecheck and synccheck of lengths_and_groups and backward_shapes; SDPA flash (--quick), then
-  # kiln-bench attention --quick --dtype all with that peer, BASE and HEAD interleaved twice;
-  # then the D = 64 causal rows at S 1024, 2048, 4096 with --tile-m 128 and 192 (--algo wgmma),
-  # which say whether AUTO should take the wide configuration causal from shorter sequences
+  # racecheck and synccheck of lengths_and_groups and backward_shapes (SANITIZE=0: none); the
+  # D = 64 causal rows at S 1024, 2048, 4096 with --tile-m 128 and 192 (--algo wgmma), which say
+  # whether AUTO should take the wide configuration causal from shorter sequences; then SDPA flash
+  # (--quick) and kiln-bench attention --quick --dtype all with that peer, BASE and HEAD
+  # interleaved PASSES times (2)
   H=$2
   B=$3
   gpu_info
   gpu_test "$H/tests/test_gpu_attention"
-  memchecks "$H/tests/test_gpu_attention" lengths_and_groups fully_masked_rows backward_shapes
-  for tool in racecheck synccheck; do
-    for f in lengths_and_groups backward_shapes; do
-      KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$H/tests/test_gpu_attention" \
-        --filter $f >"$L/$tool-$f.log" 2>&1
-      echo "$tool $f: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-$f.log"))"
+  if [ "${SANITIZE:-1}" = 1 ]; then
+    memchecks "$H/tests/test_gpu_attention" lengths_and_groups fully_masked_rows backward_shapes
+    for tool in racecheck synccheck; do
+      for f in lengths_and_groups backward_shapes; do
+        KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$H/tests/test_gpu_attention" \
+          --filter $f >"$L/$tool-$f.log" 2>&1
+        echo "$tool $f: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-$f.log"))"
+      done
     done
-  done
+  fi
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
-  sdpa_peer
-  for pass in $(seq 1 "${PASSES:-2}"); do
-    for b in "$B" "$H"; do
-      bench_run "attn-$pass" "$b" '^attention' attention --quick --dtype all --peer "$L/sdpa.txt"
-    done
-  done
   for b in "$B" "$H"; do
     for tm in 128 192; do
       bench_run "c64-$tm" "$b" '^attention' attention --head-dim 64 --causal 1 --seq 1024 --seq 2048 --seq 4096 \
         --dtype all --algo wgmma --tile-m $tm
+    done
+  done
+  sdpa_peer
+  for pass in $(seq 1 "${PASSES:-2}"); do
+    for b in "$B" "$H"; do
+      bench_run "attn-$pass" "$b" '^attention' attention --quick --dtype all --peer "$L/sdpa.txt"
     done
   done
   ;;
