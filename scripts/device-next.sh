@@ -61,9 +61,9 @@
 #                    registers, HGMMA, test_gpu_attention, sanitizers of the backward tests, SDPA
 #                    flash and kiln-bench at D = 256, BASE and HEAD interleaved twice (7 minutes)
 #   pwkr HEAD BASE   issue 8: per-warpgroup key ranges (the wide D = 64 forward, every dQ kernel):
-#                    HEAD's test_gpu_attention and sanitizers of its ragged and causal tests, SDPA
-#                    flash, kiln-bench attention --quick (AUTO) BASE and HEAD interleaved twice,
-#                    then D = 64 causal S 1024-4096 with --tile-m 128 and 192 (4 minutes; PASSES=1:
+#                    HEAD's test_gpu_attention and sanitizers of its ragged and causal tests, D = 64
+#                    causal S 1024-4096 with --tile-m 128 and 192, then SDPA flash and kiln-bench
+#                    attention --quick (AUTO), BASE and HEAD interleaved twice (4 minutes; PASSES=1:
 #                    one interleaved pass, 3 minutes; SANITIZE=0: no sanitizers, 2 minutes)
 #   bwd256r HEAD RUNG...  issue 8: Nsight Compute of the D = 256 backward, and its rungs beside
 #                    HEAD (kiln-bench at D = 256, interleaved twice; about 4 minutes)
@@ -127,10 +127,14 @@ unset LD_LIBRARY_PATH # each build's programs load their own libkiln.so (RUNPATH
 mode=${1:?usage: device-next.sh sk HEAD | skbench HEAD | qweight HEAD | paired HEAD | p18 RUNG BASE | verify HEAD | d256 HEAD | decode HEAD | p17 RUNG MAIN}
 L=/tmp/next-$mode
 rm -rf "$L" && mkdir -p "$L"
-memcheck() { # memcheck PROGRAM FILTER LOG
-  KILN_TEST_SANITIZER=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$1" --filter "$2" >"$3" 2>&1
+sanitize() { # sanitize TOOL PROGRAM FILTER LOG [SECONDS]: compute-sanitizer TOOL on PROGRAM's FILTER tests
+  # (sizes cut by KILN_TEST_SANITIZER; timeout SECONDS, default 300), its exit and summary line
+  KILN_TEST_SANITIZER=1 timeout "${5:-300}" compute-sanitizer --tool "$1" --error-exitcode 9 "$2" --filter "$3" >"$4" 2>&1
   rc=$?
-  echo "memcheck $(basename "$1") --filter '$2': exit $rc ($(grep -m1 -E 'ERROR SUMMARY' "$3"))"
+  echo "$1 $(basename "$2") --filter '$3': exit $rc ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$4"))"
+}
+memcheck() { # memcheck PROGRAM FILTER LOG
+  sanitize memcheck "$@"
 }
 memchecks() { # memchecks PROGRAM FILTER...: memcheck of each FILTER's tests into $L/memcheck-PROGRAM-FILTER.log
   local prog=$1 f
@@ -176,11 +180,7 @@ attn_bwd_checks() { # attn_bwd_checks BUILD FILTER TOOL...: test_gpu_attention, 
   shift 2
   gpu_test "$b/tests/test_gpu_attention"
   memcheck "$b/tests/test_gpu_attention" "$filter" "$L/memcheck-backward.log"
-  for tool in "$@"; do
-    KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$b/tests/test_gpu_attention" \
-      --filter backward_shapes >"$L/$tool-backward.log" 2>&1
-    echo "$tool backward_shapes: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-backward.log"))"
-  done
+  for tool in "$@"; do sanitize "$tool" "$b/tests/test_gpu_attention" backward_shapes "$L/$tool-backward.log" 120; done
 }
 attn_pytest() { # attn_pytest BUILD: the Python attention tests with BUILD's library (log $L/pytest.log)
   PYTHONUNBUFFERED=1 KILN_LIBRARY="$1/libkiln.so" timeout 150 python3 -m pytest -q -rs -p no:cacheprovider \
@@ -207,11 +207,7 @@ stream_k_checks() { # stream_k_checks BUILD: test_gpu_matmul's wgmma_stream_k, t
 layout_sanitizers() { # layout_sanitizers BUILD TOOL...: each compute-sanitizer TOOL on test_gpu_matmul's layout test
   local b=$1 tool
   shift
-  for tool in "$@"; do
-    KILN_TEST_SANITIZER=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$b/tests/test_gpu_matmul" --filter layouts_algos_dtypes >"$L/$tool.log" 2>&1
-    echo "$tool layouts_algos_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/$tool.log"))"
-  done
+  for tool in "$@"; do sanitize "$tool" "$b/tests/test_gpu_matmul" layouts_algos_dtypes "$L/$tool.log" 200; done
 }
 sm80_paired() { # sm80_paired BUILD: its MMA_SYNC and CP_ASYNC at 4096^3 paired with cuBLAS (30 rounds)
   local algo
@@ -317,11 +313,7 @@ pwkr)
   if [ "${SANITIZE:-1}" = 1 ]; then
     memchecks "$H/tests/test_gpu_attention" lengths_and_groups fully_masked_rows backward_shapes
     for tool in racecheck synccheck; do
-      for f in lengths_and_groups backward_shapes; do
-        KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$H/tests/test_gpu_attention" \
-          --filter $f >"$L/$tool-$f.log" 2>&1
-        echo "$tool $f: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-$f.log"))"
-      done
+      for f in lengths_and_groups backward_shapes; do sanitize $tool "$H/tests/test_gpu_attention" $f "$L/$tool-$f.log" 120; done
     done
   fi
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
@@ -1123,11 +1115,7 @@ decode)
     python/tests/test_attention.py python/tests/test_gpu.py -k "attention or opcheck or graph" >"$L/pytest.log" 2>&1
   echo "python attention tests: exit $?: $(tail -1 "$L/pytest.log")"
   tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
-  for tool in racecheck synccheck; do
-    KILN_TEST_SANITIZER=1 timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$H/tests/test_gpu_attention" \
-      --filter decode >"$L/$tool-decode.log" 2>&1
-    echo "$tool test_gpu_attention --filter decode: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-decode.log"))"
-  done
+  for tool in racecheck synccheck; do sanitize $tool "$H/tests/test_gpu_attention" decode "$L/$tool-decode.log" 100; done
   ;;
 *) echo "device-next.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
