@@ -60,6 +60,15 @@
 #   bwd256 HEAD BASE  issue 8: the sm_90a backward at D = 256 (HEAD with its tests, BASE main's):
 #                    registers, HGMMA, test_gpu_attention, sanitizers of the backward tests, SDPA
 #                    flash and kiln-bench at D = 256, BASE and HEAD interleaved twice (7 minutes)
+#   uwg BASE UWG PWKR  issues 4, 5, 8: rung uniform-wg (UWG: main with scripts/rungs/uniform-wg.patch)
+#                    and per-warpgroup key ranges on top of it (PWKR) beside main (BASE), in two
+#                    calls on one warm machine. PHASE=bench (default): paired matmul and int8 at
+#                    4096^3 / 8192^3, BASE and UWG interleaved twice, the int4 PREFILL, SDPA flash
+#                    and kiln-bench attention --quick of all three, the D = 64 causal tile heights
+#                    of BASE and PWKR (about 6 minutes). PHASE=tests: PWKR's GPU test programs
+#                    (its GEMM, int8 and int4 kernels are UWG's, byte for byte), UWG's attention
+#                    test, memcheck, racecheck and synccheck, the Python attention tests (5 minutes).
+#                    PHASE=all: one pass of the bench, then the tests, in one call (STOP_AT cuts)
 #   pwkr HEAD BASE   issue 8: per-warpgroup key ranges (the wide D = 64 forward, every dQ kernel):
 #                    HEAD's test_gpu_attention and sanitizers of its ragged and causal tests, D = 64
 #                    causal S 1024-4096 with --tile-m 128 and 192, then SDPA flash and kiln-bench
@@ -329,6 +338,67 @@ pwkr)
       bench_run "attn-$pass" "$b" '^attention' attention --quick --dtype all --peer "$L/sdpa.txt"
     done
   done
+  ;;
+uwg)
+  # steps most important first; each packs its logs as it ends, and none starts after STOP_AT s
+  # (default 540) so the call's 600 s never cuts one in half
+  B=$2 U=$3 P=$4
+  more() { [ "$SECONDS" -lt "${STOP_AT:-540}" ] || { echo "(stopped at $SECONDS s: $*)"; false; }; }
+  pack() { tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"; }
+  gpu_info
+  uwg_bench() {
+    for pass in $(seq 1 "${PASSES:-2}"); do
+      for b in "$B" "$U"; do
+        more "matmul pass $pass" && BENCH_TIMEOUT=120 bench_run "matmul-$pass" "$b" '^matmul ' matmul \
+          --shape 4096x4096x4096 --shape 8192x8192x8192 --algo auto --dtype all --paired --reps 40
+      done
+    done
+    pack
+    for pass in $(seq 1 "${PASSES:-2}"); do
+      for b in "$B" "$U"; do
+        more "int8 pass $pass" && BENCH_TIMEOUT=90 bench_run "int8-$pass" "$b" '^int8 ' int8 \
+          --shape 4096x4096x4096 --shape 8192x8192x8192 --algo wgmma --paired --reps 40
+      done
+    done
+    for b in "$B" "$U"; do
+      more int4 && BENCH_TIMEOUT=90 bench_run int4 "$b" '^matmul_int4 ' int4 --shape 4096x12288 --shape 8192x28672 \
+        --m 4096 --algo prefill
+    done
+    pack
+    more sdpa && sdpa_peer
+    for b in "$B" "$U" "$P"; do
+      more "attention $b" && bench_run attn "$b" '^attention' attention --quick --dtype all --peer "$L/sdpa.txt"
+    done
+    pack
+    for b in "$B" "$P"; do
+      for tm in 128 192; do
+        more "tile-m $tm" && bench_run "c64-$tm" "$b" '^attention' attention --head-dim 64 --causal 1 --seq 1024 \
+          --seq 2048 --seq 4096 --dtype all --algo wgmma --tile-m $tm
+      done
+    done
+    pack
+  }
+  uwg_tests() {
+    for t in matmul int8 int4 attention; do more "test $t" && gpu_test "$P/tests/test_gpu_$t"; done
+    more "uwg attention" && mkdir -p "$L/uwg" && L=$L/uwg gpu_test "$U/tests/test_gpu_attention"
+    pack
+    more memcheck && memchecks "$P/tests/test_gpu_attention" lengths_and_groups fully_masked_rows backward_shapes
+    more memcheck && memchecks "$P/tests/test_gpu_matmul" layouts_algos_dtypes wgmma_stream_k
+    more memcheck && memchecks "$P/tests/test_gpu_int4" "*prefill_fused*"
+    more memcheck && memchecks "$P/tests/test_gpu_int8" wgmma_and_mma_sync ragged_shapes
+    pack
+    for tool in racecheck synccheck; do
+      more $tool && sanitize $tool "$P/tests/test_gpu_attention" lengths_and_groups "$L/$tool-attention.log" 120
+      more $tool && sanitize $tool "$P/tests/test_gpu_matmul" layouts_algos_dtypes "$L/$tool-matmul.log" 120
+    done
+    pack
+    more pytest && attn_pytest "$P"
+  }
+  case ${PHASE:-bench} in
+  bench) uwg_bench ;;
+  tests) uwg_tests ;;
+  all) PASSES=1 uwg_bench; uwg_tests ;;
+  esac
   ;;
 bwd256r)
   # issue 8: the D = 256 backward's next rungs (scripts/attn-bwd-ladder.sh d256*; kiln-bench only)
