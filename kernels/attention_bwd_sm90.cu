@@ -168,7 +168,7 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
            *empty = do_full + STAGES;
   float *stats = (float *)(empty + STAGES); /* [2 buffers][lse2, delta][BM] */
 
-  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int wg = warpgroup_index(), t = threadIdx.x % 128;
   const int k0 = blockIdx.x * BN, hk = blockIdx.y, b = blockIdx.z, group = p.hq / p.hkv, shift = p.sk - p.sq;
   /* Queries that see any key of this block: i >= k0 - shift when causal. */
   const int q_first = p.causal ? max(0, k0 - shift) : 0;
@@ -290,7 +290,7 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
   uint64_t *qdo_full = (uint64_t *)(ring + RING), *k_full = qdo_full + 1, *v_full = k_full + STAGES,
            *empty = v_full + STAGES;
 
-  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int wg = warpgroup_index(), t = threadIdx.x % 128;
   const int tile = query_tile(p);
   const int q0 = tile * BM, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv), shift = p.sk - p.sq;
   const int nblocks = key_blocks(p, shift, q0, BM, BN);

@@ -67,7 +67,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
   uint64_t *q_full = (uint64_t *)(ring + STAGES * 2 * KV_BYTES), *k_full = q_full + 1, *v_full = k_full + STAGES,
            *empty = v_full + STAGES;
 
-  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int wg = warpgroup_index(), t = threadIdx.x % 128;
   const int tile = query_tile(p);
   const int q0 = tile * BM, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv);
   const int shift = p.sk - p.sq; /* query i sees keys j <= i + shift */

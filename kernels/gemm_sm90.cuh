@@ -208,6 +208,13 @@ KILN_DEVICE uint64_t smem_desc(const void *p, uint32_t lbo, uint32_t sbo) {
   return (uint64_t)((smem_u32(p) & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 |
          1ull << 62;
 }
+/* This thread's warpgroup, read through a shuffle so that ptxas knows it is warp-uniform (from
+ * threadIdx.x / 128 alone it does not): the role branches and the index math derived from it stay
+ * uniform. 1-3 % fewer SASS instructions in the GEMM and attention kernels; on the H100 the GEMM
+ * at 4096^3 gained 0.2-0.3 %, int8 ~1 %, and the per-warpgroup key ranges need it. The W4A16
+ * prefill ran 1.5 % slower with it and keeps the plain division (docs/performance.md, "Rung
+ * uniform-wg"). */
+KILN_DEVICE int warpgroup_index() { return __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0); }
 /* The warp-specialized kernels' register split: the producer gives registers back, the consumers
  * take them. 3 warpgroups, one block per SM: 40 + 2 x 232 <= 512 per thread slot of the SM's 64K;
  * 2 warpgroups, two blocks per SM (attention's short-sequence kernel): 24 + 232 <= 2 x 128. */
@@ -503,7 +510,7 @@ __device__ __forceinline__ void gemm(const typename T::Args &p, const CUtensorMa
    * generic ST needed 64-bit address arithmetic (rung e4). */
   uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES), *empty = full + STAGES;
-  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int wg = warpgroup_index(), t = threadIdx.x % 128;
   const int nk = (p.k + BK - 1) / BK;
   /* Work items: one tile, or with CLUSTER = 2 a pair of vertically adjacent tiles (same n0) that
    * the two CTAs of a cluster compute together, each loading half of the shared B tile and

@@ -60,7 +60,7 @@
 #   bwd256 HEAD BASE  issue 8: the sm_90a backward at D = 256 (HEAD with its tests, BASE main's):
 #                    registers, HGMMA, test_gpu_attention, sanitizers of the backward tests, SDPA
 #                    flash and kiln-bench at D = 256, BASE and HEAD interleaved twice (7 minutes)
-#   uwg BASE UWG PWKR  issues 4, 5, 8: rung uniform-wg (UWG: main with scripts/rungs/uniform-wg.patch)
+#   uwg BASE UWG PWKR  (done 2026-12-07, both landed) issues 4, 5, 8: rung uniform-wg (UWG: main with its patch)
 #                    and per-warpgroup key ranges on top of it (PWKR) beside main (BASE), in two
 #                    calls on one warm machine. PHASE=bench (default): paired matmul and int8 at
 #                    4096^3 / 8192^3, BASE and UWG interleaved twice, the int4 PREFILL, SDPA flash
