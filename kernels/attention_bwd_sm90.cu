@@ -293,7 +293,7 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
   const int wg = warpgroup_index(), t = threadIdx.x % 128;
   const int tile = query_tile(p);
   const int q0 = tile * BM, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv), shift = p.sk - p.sq;
-  const int nblocks = key_blocks(p, shift, q0, BM, BN);
+  const int nblocks = rows_key_blocks(p, shift, q0, BM, BN);
   init_barriers<STAGES, NC>(qdo_full);
 
   if (wg == 0) { /* producer */
@@ -315,12 +315,14 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
 #pragma unroll
     for (int i = 0; i < DP / 2; i++) acc[i] = 0.f;
     const float sl2 = p.scale * LOG2E;
-    const int row0 = q0 + 64 * cw + 16 * warp + lane / 4; /* this lane's rows: row0, row0 + 8 */
+    const int first = q0 + 64 * cw, row0 = first + 16 * warp + lane / 4; /* this lane's rows: row0, row0 + 8 */
+    /* only the key blocks this warpgroup's rows see; the tile's others are released unread */
+    const int nb = rows_key_blocks(p, shift, first, 64, BN);
     float lse2[2], delta[2];
     row_stats(p, b, h, row0, lse2, delta);
     uint8_t *sqw = sq + cw * 64 * 128, *sdow = sdo + cw * 64 * 128;
     mbar_wait(qdo_full, 0);
-    for (int blk = 0; blk < nblocks; blk++) {
+    for (int blk = 0; blk < nb; blk++) {
       const int s = blk % STAGES, kb = blk * BN;
       const uint32_t phase = (blk / STAGES) & 1;
       const uint8_t *skt = ring_tile<DP, BN>(ring, s, 0), *svt = ring_tile<DP, BN>(ring, s, 1);
@@ -331,7 +333,7 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
 
       /* P in place of S: keys past Sk or right of the diagonal (steps that hold any) get -inf
        * scores first; then dS in place of dP */
-      if (kb + BN > p.sk || (p.causal && kb + BN - 1 > q0 + shift)) {
+      if (kb + BN > p.sk || (p.causal && kb + BN - 1 > first + shift)) {
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
 #pragma unroll
@@ -363,7 +365,8 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
     }
     /* dQ·scale through this warpgroup's rows of the Q tile */
     store_acc<DP, BM, BF16>(acc4, p.scale, sqw, p.dq, p.dq_dtype, b * p.dq_bs + h * p.dq_hs, p.dq_bs, p.dq_hs,
-                            p.dq_ss, p.dq_ds, q0 + 64 * cw, p.sq, p.d, cw, t);
+                            p.dq_ss, p.dq_ds, first, p.sq, p.d, cw, t);
+    if (t == 0) release_unread<STAGES>(k_full, empty, nb, nblocks);
   }
 #else
   (void)p, (void)map_q, (void)map_k, (void)map_v, (void)map_do;

@@ -71,7 +71,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
   const int tile = query_tile(p);
   const int q0 = tile * BM, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv);
   const int shift = p.sk - p.sq; /* query i sees keys j <= i + shift */
-  const int nblocks = key_blocks(p, shift, q0, BM, BN);
+  const int nblocks = rows_key_blocks(p, shift, q0, BM, BN);
   init_barriers<STAGES, NC>(q_full);
 
   if (wg == 0) { /* producer */
@@ -89,7 +89,10 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
     for (int i = 0; i < DP / 2; i++) o[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     const float sl2 = p.scale * LOG2E;
-    const int row0 = q0 + 64 * cw + 16 * warp + lane / 4; /* this lane's rows: row0, row0 + 8 */
+    const int first = q0 + 64 * cw, row0 = first + 16 * warp + lane / 4; /* this lane's rows: row0, row0 + 8 */
+    /* Without ping-pong each warpgroup walks only the key blocks its own rows see and releases the
+     * tile's others unread after its epilogue; ping-pong partners take the same turns. */
+    const int nb = PINGPONG || NC == 1 ? nblocks : rows_key_blocks(p, shift, first, 64, BN);
     const uint8_t *sqw = sq + cw * 64 * 128;              /* this warpgroup's 64 rows of each chunk */
     /* S = Q·K(blk)ᵀ issued (not waited for): DP / 16 k16 steps, 32 bytes along the 128-byte row,
      * then the next chunk */
@@ -118,7 +121,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
     float corr[2];
     auto softmax = [&](int blk) {
       const int k0 = blk * BN;
-      if (k0 + BN > p.sk || (p.causal && k0 + BN - 1 > q0 + shift))
+      if (k0 + BN > p.sk || (p.causal && k0 + BN - 1 > first + shift))
         softmax_step<true>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
       else
         softmax_step<false>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
@@ -133,13 +136,13 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
     auto your_turn = [&](bool last) {
       if (PINGPONG && !(last && cw == 1)) named_arrive(2 + (cw ^ 1), 256);
     };
-    if (PINGPONG && cw == 1 && nblocks > 0) named_arrive(2, 256);
+    if (PINGPONG && cw == 1 && nb > 0) named_arrive(2, 256);
     mbar_wait(q_full, 0);
     /* Intra-warpgroup overlap (FlashAttention-3): Q·K(j)ᵀ and P(j-1)·V(j-1) are issued together and
      * the softmax of S(j) runs while the tensor cores still work on P·V; O is rescaled once that
      * product has retired ((O + P(j-1)·V(j-1)) and P(j-1) share the maximum m(j-1), so scaling the
      * sum by exp2((m(j-1) - m(j))·sl2) is exact). Slot j-1 is released after its P·V. */
-    if (nblocks > 0) {
+    if (nb > 0) {
       my_turn();
       issue_qk(0);
       your_turn(false);
@@ -148,7 +151,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
     }
-    for (int blk = 1; blk < nblocks; blk++) {
+    for (int blk = 1; blk < nb; blk++) {
       my_turn();
       issue_qk(blk);
       issue_pv(blk - 1);
@@ -161,12 +164,12 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
     }
-    if (nblocks > 0) {
+    if (nb > 0) {
       my_turn();
-      issue_pv(nblocks - 1);
+      issue_pv(nb - 1);
       your_turn(true);
       wgmma_wait<0>();
-      if (t == 0) mbar_arrive(&empty[(nblocks - 1) % STAGES]);
+      if (t == 0) mbar_arrive(&empty[(nb - 1) % STAGES]);
     }
     /* O / l through this warpgroup's rows of the Q tile (its last Q·Kᵀ retired) where O takes it */
     if (stages_out<BF16>(p.o, p.o_dtype, p.o_bs, p.o_hs, p.o_ss, p.o_ds)) {
@@ -177,7 +180,6 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
         store_lse(p, b, h, row0 + 8 * r, m[r], l[r], sl2, lane);
         inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
       }
-      const int first = q0 + 64 * cw;
       store_staged<DP, BM, BF16>(o4, inv, sq + cw * 64 * 128,
                                  (char *)p.o + (b * p.o_bs + h * p.o_hs + (int64_t)first * p.o_ss) * 2, p.o_ss,
                                  p.sq - first, p.d, cw, t);
@@ -185,6 +187,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 #pragma unroll
       for (int r = 0; r < 2; r++) store_row(p, b, h, row0 + 8 * r, m[r], l[r], sl2, o4, r, lane);
     }
+    if (t == 0) release_unread<STAGES>(k_full, empty, nb, nblocks);
   }
 #else
   (void)p, (void)map_q, (void)map_k, (void)map_v;

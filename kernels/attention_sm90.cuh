@@ -79,6 +79,26 @@ KILN_DEVICE int query_tile(const kiln_attn_args &p) {
   return p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
 }
 
+/* The key blocks of BN keys that query rows r .. r + rows - 1 see, counting only rows < Sq: a
+ * tile's count (what its producer loads) or one consumer warpgroup's (rows = 64; 0 when all its
+ * rows are past Sq). Causal, a tile's first rows see fewer blocks than its last: in a 192-row
+ * tile of 128-key blocks, a tenth of the products at S = 2048 would be on keys that only the
+ * later rows see (docs/performance.md, "Per-warpgroup key ranges"). */
+KILN_DEVICE int rows_key_blocks(const kiln_attn_args &p, int shift, int r, int rows, int bn) {
+  return r < p.sq ? key_blocks(p, shift, r, min(rows, p.sq - r), bn) : 0;
+}
+
+/* A consumer warpgroup that needs only the first `from` of the `to` key blocks its producer loads
+ * releases the others unread (one thread): each slot once the block's first tile has landed in it,
+ * so that the arrival counts toward that block's use of the slot and not an earlier one's. */
+template <int STAGES>
+KILN_DEVICE void release_unread(uint64_t *full, uint64_t *empty, int from, int to) {
+  for (int blk = from; blk < to; blk++) {
+    sm90::mbar_wait(&full[blk % STAGES], (blk / STAGES) & 1);
+    sm90::mbar_arrive(&empty[blk % STAGES]);
+  }
+}
+
 /* One score-like product of the backward, c = A·Bᵀ (S, dP or their transposes), both operands
  * k-major over DP: A a warpgroup's 64 rows of a tile of AROWS rows, B a tile of N rows. It waits
  * for its B tile (full at `phase`), fences first when FENCE (else the caller has, after its last

@@ -69,7 +69,7 @@
 #                    (its GEMM, int8 and int4 kernels are UWG's, byte for byte), UWG's attention
 #                    test, memcheck, racecheck and synccheck, the Python attention tests (5 minutes).
 #                    PHASE=all: one pass of the bench, then the tests, in one call (STOP_AT cuts)
-#   pwkr HEAD BASE   issue 8: per-warpgroup key ranges (the wide D = 64 forward, every dQ kernel):
+#   pwkr HEAD BASE   (done 2026-12-07, landed) issue 8: per-warpgroup key ranges (the wide D = 64 forward, every dQ kernel):
 #                    HEAD's test_gpu_attention and sanitizers of its ragged and causal tests, D = 64
 #                    causal S 1024-4096 with --tile-m 128 and 192, then SDPA flash and kiln-bench
 #                    attention --quick (AUTO), BASE and HEAD interleaved twice (4 minutes; PASSES=1:
