@@ -244,13 +244,15 @@ static bool short_wins(const kiln_attn_args *a) {
  * the wide one (three consumer warpgroups, 192-row tiles) or the ping-pong one (two, 128 rows).
  * Same-call H200 forward times, wide / ping-pong (docs/performance.md, "The wide D = 64
  * forward"): not causal 1.00-1.03 at Sk = 1024, 0.89-0.97 at 2048, 0.92 at 4096, 0.89-0.92 at
- * 8192; causal 1.16 at 1024, 1.01-1.06 at 2048 and 4096 (the 192-row tiles' diagonal blocks mask
- * more), 0.90-0.92 at 8192. Tuning parameters (KILN_TUNE_DEFS). */
+ * 8192. Causal, since each wide warpgroup walks only the key blocks its own rows see
+ * ("Per-warpgroup key ranges", same-call H100 times): 0.95-0.97 at 1024 (where short_wins
+ * takes it), 0.92-0.94 at 2048, 0.91-0.96 at 4096 (before: 1.01-1.06 at 2048 and 4096, 0.90-0.92
+ * at 8192). Tuning parameters (KILN_TUNE_DEFS). */
 #ifndef KILN_ATTN_WD_MIN_SK
 #define KILN_ATTN_WD_MIN_SK 2048
 #endif
 #ifndef KILN_ATTN_WD_CAUSAL_MIN_SK
-#define KILN_ATTN_WD_CAUSAL_MIN_SK 8192
+#define KILN_ATTN_WD_CAUSAL_MIN_SK 2048
 #endif
 static bool wide_wins(const kiln_attn_args *a) {
   return padded_dim(a->d) == 64 && a->sk >= (a->causal ? KILN_ATTN_WD_CAUSAL_MIN_SK : KILN_ATTN_WD_MIN_SK);
