@@ -136,6 +136,12 @@ unset LD_LIBRARY_PATH # each build's programs load their own libkiln.so (RUNPATH
 mode=${1:?usage: device-next.sh sk HEAD | skbench HEAD | qweight HEAD | paired HEAD | p18 RUNG BASE | verify HEAD | d256 HEAD | decode HEAD | p17 RUNG MAIN}
 L=/tmp/next-$mode
 rm -rf "$L" && mkdir -p "$L"
+pack() { # the logs so far into $OUT/next-MODE.tgz (each mode packs after every step worth keeping)
+  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+}
+more() { # more WHAT: true while the call has run under STOP_AT s (default 540), else says WHAT was skipped
+  [ "$SECONDS" -lt "${STOP_AT:-540}" ] || { echo "(stopped at $SECONDS s: $*)"; false; }
+}
 sanitize() { # sanitize TOOL PROGRAM FILTER LOG [SECONDS]: compute-sanitizer TOOL on PROGRAM's FILTER tests
   # (sizes cut by KILN_TEST_SANITIZER; timeout SECONDS, default 300), its exit and summary line
   KILN_TEST_SANITIZER=1 timeout "${5:-300}" compute-sanitizer --tool "$1" --error-exitcode 9 "$2" --filter "$3" >"$4" 2>&1
@@ -242,7 +248,7 @@ land)
       --paired --stream-k on --reps 20 >"$L/sk-$(basename "$b").txt" 2>&1
     echo "$(basename "$b") stream-K: $(grep -E '^matmul ' "$L/sk-$(basename "$b").txt" | awk '{printf "%s %s %s | ", $2, $5, $NF}')"
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 wdbn64)
   B=$2
@@ -266,7 +272,7 @@ bwdland)
   if [ -z "${BENCH_ONLY:-}" ]; then
   attn_bwd_checks "$H" "*backward*" racecheck synccheck
   attn_pytest "$H"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   fi
   [ -n "${TESTS_ONLY:-}" ] && exit 0
   sdpa_peer
@@ -297,7 +303,7 @@ bwd256)
     echo "kiln_attn_bwd_${k}_wgmma_f16_d256: HGMMA $(grep -c HGMMA "$L/sass-$k.txt"), LDL/STL $(grep -cE 'LDL|STL' "$L/sass-$k.txt")"
   done
   attn_bwd_checks "$H" "*backward*" racecheck synccheck
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   sdpa_peer --head-dims 256
   for pass in 1 2; do
     for b in "$B" "$H"; do
@@ -325,7 +331,7 @@ pwkr)
       for f in lengths_and_groups backward_shapes; do sanitize $tool "$H/tests/test_gpu_attention" $f "$L/$tool-$f.log" 120; done
     done
   fi
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   for b in "$B" "$H"; do
     for tm in 128 192; do
       bench_run "c64-$tm" "$b" '^attention' attention --head-dim 64 --causal 1 --seq 1024 --seq 2048 --seq 4096 \
@@ -341,10 +347,8 @@ pwkr)
   ;;
 uwg)
   # steps most important first; each packs its logs as it ends, and none starts after STOP_AT s
-  # (default 540) so the call's 600 s never cuts one in half
+  # (more) so the call's 600 s never cuts one in half
   B=$2 U=$3 P=$4
-  more() { [ "$SECONDS" -lt "${STOP_AT:-540}" ] || { echo "(stopped at $SECONDS s: $*)"; false; }; }
-  pack() { tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"; }
   gpu_info
   uwg_bench() {
     for pass in $(seq 1 "${PASSES:-2}"); do
@@ -411,13 +415,13 @@ bwd256r)
   gpu_info
   OUT="$L/ncu" bash scripts/attn-profile.sh "$H" bwd256
   attn_pytest "$H"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   for pass in 1 2; do
     for b in "$H" "$@"; do
       bench_run "attn-$pass" "$b" 'fwd\+bwd' attention --head-dim 256 --quick --dtype all
     done
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 bwdwide)
   B=$2
@@ -436,7 +440,7 @@ bwdwide)
       bench_run "attn-$pass" "$b" '^attention' attention --quick --head-dim 64 --dtype all --peer "$L/sdpa.txt"
     done
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 bwdpdl)
   H=$2
@@ -450,7 +454,7 @@ bwdpdl)
       bench_run "attn-$pass" "$b" '^attention' attention --quick --dtype all --peer "$L/sdpa.txt"
     done
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 prefill)
   H=$2
@@ -471,7 +475,7 @@ prefill)
       grep -E '^qkv_' "$f" | sed "s|^|qkv ${mode2:-unpaired}: |"
     done
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 v10q)
   # mode v10 in under 4 minutes (for a short budget): kiln-bench at 4096^3 (--algo all) of BASE,
@@ -497,7 +501,7 @@ v10q)
   KILN_TEST_SANITIZER=1 timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$H/tests/test_gpu_matmul" --filter layouts_algos_dtypes >"$L/racecheck.log" 2>&1
   echo "racecheck layouts_algos_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/racecheck.log"))"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 v10)
   # (done 2026-12-06) issue 3 / rungs v10 and v11 (KILN_GEMM_CPA_MBAR=1, KILN_GEMM_MMA_RING=1 at 54e02a3):
@@ -521,7 +525,7 @@ v10)
         --algo all --dtype all --reps 20
     done
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 v12)
   # issue 3 after v10 / v11 became main's (HEAD: main's build with tests; BASE: the build before,
@@ -545,7 +549,7 @@ v12)
     done
   done
   sm80_paired "$H"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 v12q)
   # mode v12 for a short budget, with land's test run first: every GPU test program of HEAD but
@@ -568,7 +572,7 @@ v12q)
       --dtype all --reps 20
   done
   sm80_paired "$H"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 v22)
   H=$2
@@ -594,7 +598,7 @@ v22)
   BENCH_TIMEOUT=90 bench_run paired "$B" '^matmul ' matmul --shape 4096x4096x4096 --algo mma_sync --dtype all \
     --paired --reps 30
   sm80_paired "$H"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 mmarungs)
   gpu_info
@@ -613,7 +617,7 @@ mmarungs)
         "$(grep -c HMMA "$L/sass-$(basename "$b").txt") HMMA, $(grep -c 'S2R' "$L/sass-$(basename "$b").txt") S2R"
     fi
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 v14)
   # issue 3 / rung v14 (MMA_SYNC's preferred carveout, a kiln-bench build): MMA_SYNC f16 and
@@ -633,7 +637,7 @@ v14)
     done
   done
   kill $smi
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 sm80after)
   # issue 3: MMA_SYNC runs ~25 % slower in kiln-bench --paired than back to back, though half of
@@ -654,7 +658,7 @@ sm80after)
     timeout 90 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 30 $p >"$L/bench$p.txt" 2>&1
     grep -E '^matmul ' "$L/bench$p.txt"
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 sm80data)
   # issue 3, after sm80after (2026-12-06: the probe's MMA_SYNC took 423-442 us after anything,
@@ -674,7 +678,7 @@ sm80data)
     timeout 90 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --dtype f16 --reps 30 $p >"$L/bench$p.txt" 2>&1
     grep -E '^matmul ' "$L/bench$p.txt"
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 sm80long)
   # issue 3, after sm80data (H200, 2026-12-06: no operand value or rotation made the probe's
@@ -690,7 +694,7 @@ sm80long)
   grep -vE '^steps|^c k f F|^NVIDIA' "$L/probe-long.txt"
   timeout 90 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --dtype f16 --reps 30 --paired >"$L/bench.txt" 2>&1
   grep -E '^matmul ' "$L/bench.txt"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 handoff)
   # issue 3, rung v17 (KILN_GEMM_HANDOFF): BASE (main) and the rungs interleaved twice, kiln-bench
@@ -714,7 +718,7 @@ handoff)
     BENCH_TIMEOUT=90 bench_run paired "$B" '^matmul ' matmul --shape 4096x4096x4096 --algo mma_sync --dtype all \
       --reps 30 --paired
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 state)
   # Main's standing against the peers in one call (for a session's closing note): SDPA flash and
@@ -728,7 +732,7 @@ state)
   BENCH_TIMEOUT=150 bench_run matmul "$H" '^matmul ' matmul --shape 1024x1024x1024 --shape 2048x2048x2048 \
     --shape 4096x4096x4096 --shape 8192x8192x8192 --algo auto --dtype all --paired --reps 40
   BENCH_TIMEOUT=60 bench_run int8 "$H" '^int8 ' int8 --shape 4096x4096x4096 --algo wgmma --paired --reps 30
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 mmaafter)
   # issue 3: why MMA_SYNC runs ~25 % slower right after a cuBLAS call than after itself (paired
@@ -746,7 +750,7 @@ mmaafter)
       ncu_prof mma-alone kiln_gemm_mma_f16 150 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 60
       ncu_prof mma-paired kiln_gemm_mma_f16 150 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 60 --paired
       ncu_prof cpa-paired kiln_gemm_cpasync_f16 150 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo cp_async --reps 60 --paired' "$H"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 cpaprof)
   # issue 3: where the sm_80 kernels' cycles go on Hopper. Nsight Compute (warp states, the
@@ -761,7 +765,7 @@ cpaprof)
     bash -c '. scripts/ncu-lib.sh; B=$0; WANT=""
       ncu_prof cpasync kiln_gemm_cpasync_f16 1 1 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo cp_async --reps 2
       ncu_prof mmasync kiln_gemm_mma_f16 1 1 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 2' "$H"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 lean)
   H=$2
@@ -782,7 +786,7 @@ lean)
       done
     done
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 epi)
   # issue 5: rungs e4 / e5 (the slimmed staged epilogue) against main. HEAD: the build with
@@ -809,7 +813,7 @@ epi)
         "matmul $(grep -E '^matmul ' "$L/matmul-$n-$pass.txt" | awk '{print $5, $7, $9, $NF}')"
     done
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 icache)
   # issue 5: is kiln's int8 GEMM slow after other kernels because its code left the SMs'
@@ -835,7 +839,7 @@ icache)
   grep -E '^  kiln|Stall No Instruction|No Instruction|Warp Cycles Per Issued|Executed Instructions  |Duration' "$L/ncu.txt" | head -60
   cuobjdump -sass "$H/kernels/gemm_int8_sm90.fatbin" >"$L/int8.sass" 2>&1
   awk '/Function : /{f=$3} /\/\*[0-9a-f]{4}\*\//{n[f]++} END{for (k in n) print k, n[k], "instructions"}' "$L/int8.sass"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 cpieces)
   # issue 5 / rung c-pieces: scripts/probes/int8_after.cu on HEAD (main) and the other builds
@@ -860,7 +864,7 @@ cpieces)
     "$H/tools/int8_after" 4096 4096 4096 3 "k,c k" >"$L/ncu.txt" 2>&1
   echo "ncu: exit $?"
   grep -E '^  [a-zA-Z_].*\(|dram__|gpu__time' "$L/ncu.txt" | tail -48
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 int8after)
   # issue 5: why kiln's int8 kernel runs 6-56 us slower right after cuBLAS's int8 GEMM than after
@@ -883,7 +887,7 @@ int8after)
         "$(cut -d, -f2 "$L/clocks-$n.csv" | tr -dc '0-9\n' | sort -n | awk '{a[NR]=$1} END {print a[1], a[int(NR/2)+1], a[NR]}')"
     done
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 rule)
   # main after the stream-K rule's change (one whole wave): every matmul and int8 test, memcheck
@@ -897,19 +901,19 @@ rule)
     echo "$t: exit $?: $(grep -E 'PASSED|FAILED' "$L/$t.log" | tr '\n' ' ')"
   done
   memcheck "$H/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   for round in 1 2; do
     timeout 60 "$H/tools/kiln-bench" int8 --shape 4096x4096x4096 --algo wgmma --reps 30 >"$L/int8-unpaired-$round.txt" 2>&1
     echo "int8 unpaired round $round: exit $?"; grep -E '^int8 ' "$L/int8-unpaired-$round.txt"
     timeout 60 "$H/tools/kiln-bench" int8 --shape 4096x4096x4096 --algo wgmma --paired --reps 30 >"$L/int8-paired-$round.txt" 2>&1
     echo "int8 paired round $round: exit $?"; grep -E '^int8 ' "$L/int8-paired-$round.txt"
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   timeout 300 "$H/tools/kiln-bench" matmul --shape 1024x8192x28672 --shape 2048x8192x28672 --shape 4096x8192x16384 \
     --shape 8192x8192x8192 --shape 4096x4096x4096 --shape 2048x4096x16384 --shape 3072x8192x8192 --algo auto \
     --dtype f16 --paired --stream-k all --reps 10 >"$L/matmul-rule.txt" 2>&1
   echo "kiln-bench matmul --algo auto --stream-k all: exit $?"; grep -E '^matmul ' "$L/matmul-rule.txt"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 pairs)
   # rung pairs2 (a KILN_WGMMA_PAIRS=1 build): 128 x 256 tiles in 2-CTA
@@ -936,7 +940,7 @@ pairs)
       echo "$(basename "$b") $t: exit $?: $(grep -E 'PASSED|FAILED|ERROR' "$L/$n.log" | head -6 | tr '\n' ' ')"
     done
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   for round in 1 2; do
     for b in "$H" "$@"; do
       n=$(basename "$b")
@@ -947,7 +951,7 @@ pairs)
         --paired --stream-k off --reps 20 >"$L/matmul-$round-$n.txt" 2>&1
       echo "$n round $round matmul f16: exit $?"; grep -E '^matmul ' "$L/matmul-$round-$n.txt"
     done
-    tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+    pack
   done
   ;;
 skew)
@@ -965,7 +969,7 @@ skew)
   done
   memcheck "$H/tests/test_gpu_matmul" "wgmma_tile_widths" "$L/memcheck-matmul.log"
   memcheck "$H/tests/test_gpu_int8" "wgmma_and_mma_sync" "$L/memcheck-int8.log"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   for round in 1 2 3; do
     for b in "$H" "$@"; do
       n=$(basename "$b")
@@ -976,7 +980,7 @@ skew)
         >"$L/int8-4096-$round-$n.txt" 2>&1
       echo "$n round $round int8 4096^3: exit $?"; grep -E '^int8 ' "$L/int8-4096-$round-$n.txt"
     done
-    tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+    pack
   done
   for b in "$H" "$@"; do
     n=$(basename "$b")
@@ -984,7 +988,7 @@ skew)
       --reps 10 >"$L/matmul-8192-$n.txt" 2>&1
     echo "$n matmul 8192^3: exit $?"; grep -E '^matmul ' "$L/matmul-8192-$n.txt"
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 skphase)
   # stream-K with the head walked first: its test and memcheck, then
@@ -992,15 +996,15 @@ skphase)
   H=$2
   gpu_info
   stream_k_checks "$H"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   timeout 200 "$H/tools/kiln-bench" matmul --shape 2048x8192x28672 --shape 8192x8192x8192 --shape 8192x12288x4096 \
     --algo wgmma --dtype f16 --paired --stream-k all --reps 10 >"$L/matmul-paired-big.txt" 2>&1
   echo "kiln-bench matmul --paired --stream-k all: exit $?"; grep -E '^matmul ' "$L/matmul-paired-big.txt"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   timeout 100 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --shape 2048x28672x8192 --algo wgmma --dtype all \
     --paired --stream-k all --reps 30 >"$L/matmul-paired-4096.txt" 2>&1
   echo "kiln-bench matmul --paired --stream-k all (4096^3): exit $?"; grep -E '^matmul ' "$L/matmul-paired-4096.txt"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 sk)
   # stream-K of the WGMMA GEMM (issue 4): its GPU test, memcheck of it, every matmul and int8
@@ -1009,7 +1013,7 @@ sk)
   H=$2
   gpu_info
   stream_k_checks "$H"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   for round in 1 2; do # HEAD and BASE (main's build) interleaved: the plain walk must not have slowed
     for b in "$H" ${3:-}; do
       timeout 60 "$b/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo auto --dtype all --paired \
@@ -1021,13 +1025,13 @@ sk)
   timeout 150 "$H/tools/kiln-bench" matmul --shape 8192x8192x8192 --algo auto --dtype all --paired --stream-k both \
     --reps 40 >"$L/matmul-paired-8192.txt" 2>&1
   echo "kiln-bench matmul --paired --stream-k both (8192^3): exit $?"; grep -E '^matmul ' "$L/matmul-paired-8192.txt"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   for t in test_gpu_matmul test_gpu_int8; do
     s=$(date +%s)
     timeout 200 "$H/tests/$t" >"$L/$t.log" 2>&1
     echo "$t: exit $? in $(($(date +%s) - s)) s: $(grep -E 'PASSED|FAILED|SKIP' "$L/$t.log" | tr '\n' ' ')"
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 skbench)
   # the LLM shapes that AUTO splits (M 2048 and 8192), with and without stream-K, f16 (about 3 minutes)
@@ -1037,7 +1041,7 @@ skbench)
     --shape 2048x28672x8192 --shape 2048x8192x28672 --shape 8192x4096x4096 --algo auto --dtype f16 --paired \
     --stream-k both --reps 10 --json "$L/matmul-llm-paired.json" >"$L/matmul-llm-paired.txt" 2>&1
   echo "kiln-bench matmul (LLM shapes) --paired --stream-k both: exit $?"; grep -E '^matmul ' "$L/matmul-llm-paired.txt"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   ;;
 verify)
   H=$2
@@ -1088,7 +1092,7 @@ qweight)
   echo "test_gpu_int8 --filter quantize_matches_cpu: exit $?: $(grep -E 'PASSED|FAILED|ERROR' "$L/int8-quantize.log" | head -3 | tr '\n' ' ')"
   memcheck "$H/tests/test_gpu_qweight" "*" "$L/memcheck-qweight.log"
   memcheck "$H/tests/test_gpu_int8" "quantize_matches_cpu" "$L/memcheck-int8-quantize.log"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode" # what is done so far comes back even if cut short
+  pack # what is done so far comes back even if cut short
   timeout 120 "$H/tools/kiln-bench" qweight --shape 4096x12288 --shape 8192x28672 --reps 10 >"$L/bench-qweight.txt" 2>&1
   echo "kiln-bench qweight: exit $?"; grep -E '^(qweight|op) ' "$L/bench-qweight.txt"
   for tool in racecheck synccheck; do
@@ -1096,7 +1100,7 @@ qweight)
       >"$L/$tool-qweight.log" 2>&1
     echo "$tool test_gpu_qweight --filter import_act_order: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/$tool-qweight.log"))"
   done
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 240 python3 -m pytest -q -rs -p no:cacheprovider \
     python/tests/test_gpu.py >"$L/pytest-gpu.log" 2>&1
   echo "python/tests/test_gpu.py: exit $?: $(tail -1 "$L/pytest-gpu.log")"
@@ -1114,7 +1118,7 @@ paired)
   timeout 120 "$H/tools/kiln-bench" int8 --shape 4096x4096x4096 --shape 8192x8192x8192 --algo wgmma --paired \
     --reps 60 --json "$L/int8-paired.json" >"$L/int8-paired.txt" 2>&1
   echo "kiln-bench int8 --paired: exit $?"; grep -E '^int8 ' "$L/int8-paired.txt"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   timeout 120 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --shape 8192x8192x8192 --algo auto --dtype all \
     --reps 60 >"$L/matmul-unpaired.txt" 2>&1
   echo "kiln-bench matmul (unpaired, for comparison): exit $?"; grep -E '^matmul ' "$L/matmul-unpaired.txt"
@@ -1124,7 +1128,7 @@ p18)
   timeout 250 "$R/tests/test_gpu_int4" --filter "*prefill*" >"$L/p18-int4-prefill.log" 2>&1
   echo "p18 test_gpu_int4 --filter '*prefill*': exit $?: $(grep -E 'PASSED|FAILED|SKIP' "$L/p18-int4-prefill.log" | tr '\n' ' ')"
   memcheck "$R/tests/test_gpu_int4" "*prefill_fused*" "$L/memcheck-p18-prefill-fused.log"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   for round in 1 2; do
     mkdir -p "$L/ladder-$round"
     OUT=$L/ladder-$round timeout 200 bash scripts/w4-prefill-ladder.sh "$B" "$R" 2>&1 | tee "$L/ladder-$round.txt" |
@@ -1148,14 +1152,14 @@ d256)
   echo "test_gpu_attention: exit $?: $(grep -E 'PASSED|FAILED|SKIP' "$L/test_gpu_attention.log" | tr '\n' ' ')"
   grep -E '^FAILED|FAILED ' "$L/test_gpu_attention.log" | head -20
   memcheck "$H/tests/test_gpu_attention" "head_dims_dtypes" "$L/memcheck-head-dims.log"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   timeout 150 python3 scripts/bench_sdpa.py --head-dims 256 --lengths 1024,2048,4096,8192 --dtype all \
     >"$L/sdpa.txt" 2>"$L/sdpa.err"
   echo "bench_sdpa.py: exit $?"
   timeout 150 "$H/tools/kiln-bench" attention --head-dim 256 --seq 1024 --seq 2048 --seq 4096 --seq 8192 \
     --dtype all --algo all --peer "$L/sdpa.txt" >"$L/bench-d256.txt" 2>&1
   echo "kiln-bench attention --head-dim 256: exit $?"; grep -E '^attention' "$L/bench-d256.txt"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   KILN_TEST_SANITIZER=1 timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$H/tests/test_gpu_attention" --filter head_dims_dtypes >"$L/racecheck-head-dims.log" 2>&1
   echo "racecheck head_dims_dtypes: exit $? ($(grep -m1 -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$L/racecheck-head-dims.log"))"
@@ -1176,17 +1180,17 @@ decode)
   echo "test_gpu_attention: exit $?: $(grep -E 'PASSED|FAILED|SKIP' "$L/test_gpu_attention.log" | tr '\n' ' ')"
   grep -E '^FAILED|FAILED ' "$L/test_gpu_attention.log" | head -20
   memcheck "$H/tests/test_gpu_attention" "decode" "$L/memcheck-decode.log"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" PYTHONPATH=python timeout 150 python3 scripts/bench_decode.py \
     --dtype all >"$L/bench-decode.txt" 2>&1
   echo "bench_decode.py: exit $?"; cat "$L/bench-decode.txt"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   PYTHONUNBUFFERED=1 KILN_LIBRARY="$H/libkiln.so" timeout 120 python3 -m pytest -q -rs -p no:cacheprovider \
     python/tests/test_attention.py python/tests/test_gpu.py -k "attention or opcheck or graph" >"$L/pytest.log" 2>&1
   echo "python attention tests: exit $?: $(tail -1 "$L/pytest.log")"
-  tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+  pack
   for tool in racecheck synccheck; do sanitize $tool "$H/tests/test_gpu_attention" decode "$L/$tool-decode.log" 100; done
   ;;
 *) echo "device-next.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
-tar czf "$OUT/next-$mode.tgz" -C /tmp "next-$mode"
+pack
