@@ -38,6 +38,11 @@
 #                    interleaved twice, paired once (3 min)
 #   state HEAD       main against SDPA (attention --quick), cuBLAS (matmul paired 1024-8192^3)
 #                    and cuBLASLt (int8 paired 4096^3) in one call (4 min)
+#   accept HEAD      issues 4 and 8's acceptance on main's build (H200 wanted): test_gpu_matmul and
+#                    test_gpu_attention, memcheck of every matmul test with edges (layouts, ragged,
+#                    batched, backward, stream-K) and of the attention ragged / masked / backward
+#                    tests, then the paired GEMMs at 1024^3-8192^3 three times and kiln-bench
+#                    attention --quick against SDPA flash twice (about 8 minutes; STOP_AT cuts)
 #   mmaafter HEAD    issue 3: Nsight Compute (application replay) of MMA_SYNC back to back and
 #                    paired with cuBLAS, CP_ASYNC paired (about 4 minutes)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
@@ -719,6 +724,24 @@ handoff)
       --reps 30 --paired
   done
   pack
+  ;;
+accept)
+  H=$2
+  gpu_info
+  for t in matmul attention; do more "test $t" && gpu_test "$H/tests/test_gpu_$t"; done
+  pack
+  more memcheck && memchecks "$H/tests/test_gpu_matmul" layouts_algos_dtypes ragged_shapes batched backward_ragged \
+    backward_variants wgmma_stream_k
+  more memcheck && memchecks "$H/tests/test_gpu_attention" lengths_and_groups fully_masked_rows backward_shapes
+  pack
+  more sdpa && sdpa_peer
+  for pass in 1 2 3; do
+    more "matmul $pass" && BENCH_TIMEOUT=120 bench_run "matmul-$pass" "$H" '^matmul ' matmul --shape 1024x1024x1024 \
+      --shape 2048x2048x2048 --shape 4096x4096x4096 --shape 8192x8192x8192 --algo auto --dtype all --paired --reps 40
+    [ "$pass" = 3 ] || { more "attention $pass" && bench_run "attn-$pass" "$H" '^attention' attention --quick --dtype all \
+      --peer "$L/sdpa.txt"; }
+    pack
+  done
   ;;
 state)
   # Main's standing against the peers in one call (for a session's closing note): SDPA flash and
