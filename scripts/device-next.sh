@@ -40,7 +40,7 @@
 #                    and cuBLASLt (int8 paired 4096^3) in one call (4 min)
 #   accept HEAD      issues 4 and 8's acceptance on main's build (H200 wanted): test_gpu_matmul and
 #                    test_gpu_attention, memcheck of every matmul test with edges (layouts, ragged,
-#                    batched, backward, stream-K) and of the attention ragged / masked / backward
+#                    batched, backward, tile widths, stream-K) and of the attention ragged / masked / backward
 #                    tests, then the paired GEMMs at 1024^3-8192^3 three times and kiln-bench
 #                    attention --quick against SDPA flash twice (about 8 minutes; STOP_AT cuts)
 #   mmaafter HEAD    issue 3: Nsight Compute (application replay) of MMA_SYNC back to back and
@@ -731,7 +731,7 @@ accept)
   for t in matmul attention; do more "test $t" && gpu_test "$H/tests/test_gpu_$t"; done
   pack
   more memcheck && memchecks "$H/tests/test_gpu_matmul" layouts_algos_dtypes ragged_shapes batched backward_ragged \
-    backward_variants wgmma_stream_k
+    backward_variants wgmma_tile_widths wgmma_stream_k
   more memcheck && memchecks "$H/tests/test_gpu_attention" lengths_and_groups fully_masked_rows backward_shapes
   pack
   more sdpa && sdpa_peer
