@@ -38,11 +38,12 @@
 #                    interleaved twice, paired once (3 min)
 #   state HEAD       main against SDPA (attention --quick), cuBLAS (matmul paired 1024-8192^3)
 #                    and cuBLASLt (int8 paired 4096^3) in one call (4 min)
-#   accept HEAD      issues 4 and 8's acceptance on main's build (H200 wanted): test_gpu_matmul and
-#                    test_gpu_attention, memcheck of every matmul test with edges (layouts, ragged,
-#                    batched, backward, tile widths, stream-K) and of the attention ragged / masked / backward
-#                    tests, then the paired GEMMs at 1024^3-8192^3 three times and kiln-bench
-#                    attention --quick against SDPA flash twice (about 8 minutes; STOP_AT cuts)
+#   accept HEAD      issues 4 and 8's acceptance on main's build (H200 wanted), least verified first:
+#                    test_gpu_matmul, memcheck of its ragged, batched, backward and tile-width tests,
+#                    kiln-bench attention --quick against SDPA flash and the paired GEMMs at
+#                    1024^3-8192^3, test_gpu_attention and the other memchecks (layouts, stream-K,
+#                    attention ragged / masked / backward), then two more passes (about 8 minutes;
+#                    STOP_AT cuts)
 #   mmaafter HEAD    issue 3: Nsight Compute (application replay) of MMA_SYNC back to back and
 #                    paired with cuBLAS, CP_ASYNC paired (about 4 minutes)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
@@ -726,21 +727,34 @@ handoff)
   pack
   ;;
 accept)
+  # Steps in the order of what is least verified, each gated by STOP_AT (a short budget gets the
+  # first ones): the matmul tests and memcheck of the edge tests not yet run on the landed kernels,
+  # one pass against SDPA and cuBLAS, then the attention tests and the memchecks already clean on
+  # the same kernels, then more passes.
   H=$2
   gpu_info
-  for t in matmul attention; do more "test $t" && gpu_test "$H/tests/test_gpu_$t"; done
-  pack
-  more memcheck && memchecks "$H/tests/test_gpu_matmul" layouts_algos_dtypes ragged_shapes batched backward_ragged \
-    backward_variants wgmma_tile_widths wgmma_stream_k
-  more memcheck && memchecks "$H/tests/test_gpu_attention" lengths_and_groups fully_masked_rows backward_shapes
+  more "test matmul" && gpu_test "$H/tests/test_gpu_matmul"
+  for f in ragged_shapes batched backward_ragged backward_variants wgmma_tile_widths; do
+    more "memcheck $f" && memchecks "$H/tests/test_gpu_matmul" "$f"
+  done
   pack
   more sdpa && sdpa_peer
   for pass in 1 2 3; do
-    more "matmul $pass" && BENCH_TIMEOUT=120 bench_run "matmul-$pass" "$H" '^matmul ' matmul --shape 1024x1024x1024 \
-      --shape 2048x2048x2048 --shape 4096x4096x4096 --shape 8192x8192x8192 --algo auto --dtype all --paired --reps 40
     [ "$pass" = 3 ] || { more "attention $pass" && bench_run "attn-$pass" "$H" '^attention' attention --quick --dtype all \
       --peer "$L/sdpa.txt"; }
+    more "matmul $pass" && BENCH_TIMEOUT=120 bench_run "matmul-$pass" "$H" '^matmul ' matmul --shape 1024x1024x1024 \
+      --shape 2048x2048x2048 --shape 4096x4096x4096 --shape 8192x8192x8192 --algo auto --dtype all --paired --reps 40
     pack
+    if [ "$pass" = 1 ]; then
+      more "test attention" && gpu_test "$H/tests/test_gpu_attention"
+      for f in layouts_algos_dtypes wgmma_stream_k; do
+        more "memcheck $f" && memchecks "$H/tests/test_gpu_matmul" "$f"
+      done
+      for f in lengths_and_groups fully_masked_rows backward_shapes; do
+        more "memcheck $f" && memchecks "$H/tests/test_gpu_attention" "$f"
+      done
+      pack
+    fi
   done
   ;;
 state)
