@@ -247,16 +247,11 @@ static bool short_wins(const kiln_attn_args *a) {
  * 8192. Causal, since each wide warpgroup walks only the key blocks its own rows see
  * ("Per-warpgroup key ranges", same-call H100 times): 0.95-0.97 at 1024 (where short_wins
  * takes it), 0.92-0.94 at 2048, 0.91-0.96 at 4096 (before: 1.01-1.06 at 2048 and 4096, 0.90-0.92
- * at 8192). Tuning parameters (KILN_TUNE_DEFS). */
+ * at 8192). So one threshold serves both, causal or not. Tuning parameter (KILN_TUNE_DEFS). */
 #ifndef KILN_ATTN_WD_MIN_SK
 #define KILN_ATTN_WD_MIN_SK 2048
 #endif
-#ifndef KILN_ATTN_WD_CAUSAL_MIN_SK
-#define KILN_ATTN_WD_CAUSAL_MIN_SK 2048
-#endif
-static bool wide_wins(const kiln_attn_args *a) {
-  return padded_dim(a->d) == 64 && a->sk >= (a->causal ? KILN_ATTN_WD_CAUSAL_MIN_SK : KILN_ATTN_WD_MIN_SK);
-}
+static bool wide_wins(const kiln_attn_args *a) { return padded_dim(a->d) == 64 && a->sk >= KILN_ATTN_WD_MIN_SK; }
 
 /* Shared memory the sm_80 tensor-core kernels take at padded head dim dp: the forward's, or the
  * larger of the backward's two. sm_86 and sm_89 grant a block 99 KB, less than the backward's dQ
