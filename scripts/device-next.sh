@@ -139,7 +139,7 @@
 # Logs: $OUT/next-MODE.tgz (one file), and a summary on stdout.
 set -u
 unset LD_LIBRARY_PATH # each build's programs load their own libkiln.so (RUNPATH $ORIGIN/..)
-mode=${1:?usage: device-next.sh sk HEAD | skbench HEAD | qweight HEAD | paired HEAD | p18 RUNG BASE | verify HEAD | d256 HEAD | decode HEAD | p17 RUNG MAIN}
+mode=${1:?usage: device-next.sh MODE BUILD... (modes and arguments: see the header of this file)}
 L=/tmp/next-$mode
 rm -rf "$L" && mkdir -p "$L"
 pack() { # the logs so far into $OUT/next-MODE.tgz (each mode packs after every step worth keeping)
