@@ -53,8 +53,8 @@ __device__ __forceinline__ void scores_to_p(float (&st4)[BM / 8][4], const float
     for (int e = 0; e < 4; e++) st4[j][e] = exp2_fast(fmaf(st4[j][e], sl2, -lse2[j * 8 + (lane % 4) * 2 + (e & 1)]));
 }
 
-/* Named barriers of the D = 256 dK/dV kernel's P exchange, per buffer (attention_sm90.cuh has 1-5). */
-constexpr int BAR_P_READY = 6, BAR_P_FREE = 8;
+/* Named barriers of the D = 256 dK/dV kernel's P exchange, per buffer (attention_sm90.cuh has 1-7). */
+constexpr int BAR_P_READY = 8, BAR_P_FREE = 10;
 
 /* The D = 256 dK/dV kernel's consumers (kiln_abi.h): the block owns 64 keys k0 .. k0 + 63, and its
  * two consumer warpgroups split each step's products by role, since one 64 x 256 accumulator

@@ -57,7 +57,8 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
   using namespace sm90;
   constexpr int BM = 64 * NC;
   constexpr int Q_BYTES = BM * DP * 2, KV_BYTES = BN * DP * 2;
-  constexpr bool PINGPONG = KILN_ATTN_PINGPONG && NC == 2;
+  /* the consumer warpgroups take turns to issue their MMAs: two always, three in the rung wd-turns */
+  constexpr bool TURNS = KILN_ATTN_PINGPONG && (NC == 2 || (NC == 3 && KILN_ATTN_WD_TURNS));
   static_assert(DP == 64 || DP == 128 || DP == 256, "wgmma tiles for head dims padded to 64, 128 or 256");
   static_assert(NC >= 1 && NC <= 3, "one to three consumer warpgroups");
   static_assert(SMEM_BYTES >= Q_BYTES + STAGES * 2 * KV_BYTES + 1024 + (1 + 3 * STAGES) * 8,
@@ -90,9 +91,11 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     const float sl2 = p.scale * LOG2E;
     const int first = q0 + 64 * cw, row0 = first + 16 * warp + lane / 4; /* this lane's rows: row0, row0 + 8 */
-    /* Without ping-pong each warpgroup walks only the key blocks its own rows see and releases the
-     * tile's others unread after its epilogue; ping-pong partners take the same turns. */
-    const int nb = PINGPONG || NC == 1 ? nblocks : rows_key_blocks(p, shift, first, 64, BN);
+    /* Three warpgroups each walk only the key blocks their own rows see (a 192-row tile's first
+     * rows see up to two blocks fewer than its last) and release the tile's others unread; with
+     * turns, they pass the rest of the tile's turns on without MMAs. Two ping-pong partners (128
+     * rows, 128-key blocks) see the same blocks but where Sk - Sq splits them, and walk the tile's. */
+    const int nb = NC == 3 ? rows_key_blocks(p, shift, first, 64, BN) : nblocks;
     const uint8_t *sqw = sq + cw * 64 * 128;              /* this warpgroup's 64 rows of each chunk */
     /* S = Q·K(blk)ᵀ issued (not waited for): DP / 16 k16 steps, 32 bytes along the 128-byte row,
      * then the next chunk */
@@ -126,17 +129,20 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
       else
         softmax_step<false>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
     };
-    /* Ping-pong (FlashAttention-3): the consumer warpgroups take turns to issue their MMAs (named
-     * barrier 2 + cw is warpgroup cw's turn; warpgroup 0 goes first), so that one's softmax runs
-     * while the other's MMAs hold the tensor cores instead of both issuing at once. Each takes
-     * nblocks + 1 turns; warpgroup 1 skips its last hand-over, which nobody waits for. */
+    /* Turns (FlashAttention-3's ping-pong, and its ring for three warpgroups): the consumer
+     * warpgroups issue their MMAs in turn, 0, 1, (2,) 0, ... (named barrier 2 + cw is warpgroup
+     * cw's turn, completed by its predecessor's arrival), so that one's softmax runs while
+     * another's MMAs hold the tensor cores instead of all issuing at once. Each takes the tile's
+     * nblocks + 1 turns, the last nblocks - nb of them without MMAs; the last warpgroup stands in
+     * for warpgroup 0's first predecessor and skips its own last hand-over, which nobody waits for. */
+    const int turns = nblocks > 0 ? nblocks + 1 : 0;
     auto my_turn = [&]() {
-      if (PINGPONG) named_sync(2 + cw, 256);
+      if (TURNS) named_sync(2 + cw, 256);
     };
     auto your_turn = [&](bool last) {
-      if (PINGPONG && !(last && cw == 1)) named_arrive(2 + (cw ^ 1), 256);
+      if (TURNS && !(last && cw == NC - 1)) named_arrive(2 + (cw + 1) % NC, 256);
     };
-    if (PINGPONG && cw == 1 && nb > 0) named_arrive(2, 256);
+    if (TURNS && cw == NC - 1 && turns > 0) named_arrive(2, 256);
     mbar_wait(q_full, 0);
     /* Intra-warpgroup overlap (FlashAttention-3): Q·K(j)ᵀ and P(j-1)·V(j-1) are issued together and
      * the softmax of S(j) runs while the tensor cores still work on P·V; O is rescaled once that
@@ -167,10 +173,19 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
     if (nb > 0) {
       my_turn();
       issue_pv(nb - 1);
-      your_turn(true);
+      your_turn(nb + 1 == turns);
       wgmma_wait<0>();
       if (t == 0) mbar_arrive(&empty[(nb - 1) % STAGES]);
     }
+    /* The tile's remaining turns, passed on. Turn u of a warpgroup with work releases block u - 1's
+     * slot, so an idle one releases block u - 1 (unread) after passing turn u: the producer then
+     * refills slots as early as with every warpgroup busy, and no turn waits for a load. */
+    if (TURNS)
+      for (int turn = nb > 0 ? nb + 1 : 0; turn < turns; turn++) {
+        my_turn();
+        your_turn(turn + 1 == turns);
+        if (t == 0 && turn > 0) release_unread<STAGES>(k_full, empty, turn - 1, turn);
+      }
     /* O / l through this warpgroup's rows of the Q tile (its last Q·Kᵀ retired) where O takes it */
     if (stages_out<BF16>(p.o, p.o_dtype, p.o_bs, p.o_hs, p.o_ss, p.o_ds)) {
       float inv[2];
@@ -187,7 +202,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 #pragma unroll
       for (int r = 0; r < 2; r++) store_row(p, b, h, row0 + 8 * r, m[r], l[r], sl2, o4, r, lane);
     }
-    if (t == 0) release_unread<STAGES>(k_full, empty, nb, nblocks);
+    if (!TURNS && t == 0) release_unread<STAGES>(k_full, empty, nb, nblocks);
   }
 #else
   (void)p, (void)map_q, (void)map_k, (void)map_v;

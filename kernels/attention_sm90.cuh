@@ -147,10 +147,10 @@ KILN_DEVICE uint8_t *smem_base(uint8_t *raw) { return (uint8_t *)(((uintptr_t)ra
 
 using sm90::named_arrive; /* named barriers (gemm_sm90.cuh) */
 using sm90::named_sync;
-/* All 256 threads of the two consumer warpgroups (barrier 1; 2 and 3 are the forward's turns). */
+/* All 256 threads of the two consumer warpgroups (barrier 1; 2 to 4 are the forward's turns). */
 KILN_DEVICE void consumers_sync() { named_sync(1, 256); }
-/* The 128 threads of consumer warpgroup cw (barriers 4 and 5). */
-KILN_DEVICE void warpgroup_sync(int cw) { named_sync(4 + cw, 128); }
+/* The 128 threads of consumer warpgroup cw (barriers 5 to 7). */
+KILN_DEVICE void warpgroup_sync(int cw) { named_sync(5 + cw, 128); }
 
 /* Whether a result tensor takes the staged epilogue below: the kernel's own 16-bit dtype and
  * rows_vec16's layout. */

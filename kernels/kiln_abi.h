@@ -322,6 +322,13 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_WD_STAGES KILN_ATTN_WG_STAGES(64)
 #endif
 #define KILN_ATTN_WD_SMEM_BYTES KILN_ATTN_FWD_SMEM_BYTES(KILN_ATTN_WD_BM, KILN_ATTN_WD_BN, KILN_ATTN_WD_STAGES, 64)
+/* 1: the wide forward's three consumer warpgroups take turns to issue their MMAs, in a ring
+ * (FlashAttention-3's scheduler barriers for three warpgroups); 0: each issues whenever ready.
+ * Rung wd-turns (scripts/attn-fwd-ladder.sh): 1-5 % faster in every D = 64 row measured
+ * (docs/performance.md, "Rung wd-turns"). */
+#ifndef KILN_ATTN_WD_TURNS
+#define KILN_ATTN_WD_TURNS 1
+#endif
 
 /* The sm_90a short-sequence forward (algo SMEM; the same kernel as the FLASH forward, configured
  * for a few key blocks per query tile): 2 warpgroups (a TMA producer, one consumer of SH_BM = 64

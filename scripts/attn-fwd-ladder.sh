@@ -58,3 +58,13 @@ ladder_step fwd mask "" 4256b4f scripts/rungs/attn-mask-limit.patch
 # --head-dim 64 --seq 2048 --seq 8192 --dtype all --algo wgmma --tile-m 128 and --tile-m 192.
 ladder_step fwd wd-bn64 "KILN_ATTN_WD_BN=64"
 ladder_step fwd wd-bn64s8 "KILN_ATTN_WD_BN=64;KILN_ATTN_WD_STAGES=8"
+# wd-turns (2026-12-07): the wide forward's three consumer warpgroups issue their MMAs in turns, a
+# ring 0 -> 1 -> 2 -> 0 of named barriers (FlashAttention-3 runs its three-warpgroup D = 64
+# forward so), instead of whenever ready: without an order the three drift into the same phase,
+# softmax together (the SFU shared) and then MMAs together (the tensor cores idle before). A
+# warpgroup whose rows see fewer key blocks passes its remaining turns on, releasing the slots it
+# skips. Predicted +0-8 % on the wide forward (S >= 2048, D = 64). Compare with main's build in
+# one call: kiln-bench attention --head-dim 64 --seq 2048 --seq 8192 --dtype all. Measured on an
+# H100 (five runs each, medians): 1.3-4.8 % faster in all eight rows; taken (KILN_ATTN_WD_TURNS 1,
+# docs/performance.md "Rung wd-turns"). KILN_ATTN_WD_TURNS=0 builds main's earlier behaviour.
+ladder_step fwd wd-turns "KILN_ATTN_WD_TURNS=1"

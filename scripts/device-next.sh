@@ -46,6 +46,10 @@
 #                    STOP_AT cuts)
 #   mmaafter HEAD    issue 3: Nsight Compute (application replay) of MMA_SYNC back to back and
 #                    paired with cuBLAS, CP_ASYNC paired (about 4 minutes)
+#   turns HEAD RUNG BASE  issue 8, rung wd-turns: tests and sanitizers of RUNG's wide forward, RUNG
+#                    against BASE at D = 64 (S 2048, 8192) twice beside SDPA, HEAD's --quick (6 min)
+#   wideprof HEAD    issue 8: Nsight Compute stall samples per SASS line of the wide D = 64 forward
+#                    at S = 2048, f16, causal and not (2 min)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
 #                    CP_ASYNC and MMA_SYNC f16 kernels at 4096^3, and kiln-bench --algo all (2 min)
 #   lean HEAD BASE OTHERS...  issue 5: int8 with scale vectors (rungs lean, e9, e10): HEAD's int8
@@ -802,6 +806,49 @@ cpaprof)
     bash -c '. scripts/ncu-lib.sh; B=$0; WANT=""
       ncu_prof cpasync kiln_gemm_cpasync_f16 1 1 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo cp_async --reps 2
       ncu_prof mmasync kiln_gemm_mma_f16 1 1 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 2' "$H"
+  pack
+  ;;
+turns)
+  # issue 8, rung wd-turns: HEAD (this tree's build: the turn code with the wide forward's turns
+  # off), RUNG (KILN_ATTN_WD_TURNS=1: libkiln, kiln-bench, test_gpu_attention) and BASE (main's
+  # build before it). The rung's attention tests, memcheck and synccheck of its wide-path tests
+  # and HEAD's attention tests, then kiln-bench attention at D = 64, S = 2048 and 8192 of BASE
+  # and RUNG interleaved twice beside SDPA flash, and HEAD's --quick once beside BASE's (the
+  # ping-pong kernels' barrier ids moved). About 6 minutes.
+  H=$2 R=$3 B=$4
+  gpu_info
+  mkdir -p "$L/rung" "$L/head"
+  more "rung tests" && L=$L/rung gpu_test "$R/tests/test_gpu_attention"
+  more "rung memcheck" && L=$L/rung memchecks "$R/tests/test_gpu_attention" lengths_and_groups fully_masked_rows
+  more "rung synccheck" && sanitize synccheck "$R/tests/test_gpu_attention" lengths_and_groups "$L/rung/synccheck.log"
+  more "head tests" && L=$L/head gpu_test "$H/tests/test_gpu_attention"
+  pack
+  more sdpa && sdpa_peer --lengths 2048,8192 --head-dims 64
+  for pass in 1 2; do
+    for b in "$B" "$R"; do
+      more "d64 $pass $b" && bench_run "d64-$pass" "$b" '^attention' attention --head-dim 64 --seq 2048 --seq 8192 \
+        --dtype all --peer "$L/sdpa.txt"
+    done
+    pack
+  done
+  for b in "$B" "$H"; do
+    more "quick $b" && bench_run quick "$b" '^attention' attention --quick --dtype all
+  done
+  pack
+  ;;
+wideprof)
+  # issue 8: where the wide D = 64 forward's cycles go at S = 2048 (B8 H32, f16; 192-row tiles
+  # forced with --tile-m 192), causal and not: Nsight Compute warp states, pipe use and stall
+  # samples per SASS line, one launch each after warm-up (about 2 minutes).
+  H=$2
+  gpu_info
+  OUT=$L NCU_SASS=1 NCU_TIMEOUT=120 NCU_GREP="Duration|Issued|Eligible|Active Warps|Stall|Throughput|Registers" \
+    NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SourceCounters --section InstructionStats --section SchedulerStats" \
+    bash -c '. scripts/ncu-lib.sh; B=$0; WANT=""; export LD_LIBRARY_PATH=$B
+      for c in 0 1; do
+        ncu_prof wide2048c$c kiln_attn_fwd_wide_f16_d64 3 1 "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 \
+          --causal $c --head-dim 64 --algo wgmma --tile-m 192
+      done' "$H"
   pack
   ;;
 lean)
