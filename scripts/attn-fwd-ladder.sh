@@ -68,3 +68,12 @@ ladder_step fwd wd-bn64s8 "KILN_ATTN_WD_BN=64;KILN_ATTN_WD_STAGES=8"
 # H100 (five runs each, medians): 1.3-4.8 % faster in all eight rows; taken (KILN_ATTN_WD_TURNS 1,
 # docs/performance.md "Rung wd-turns"). KILN_ATTN_WD_TURNS=0 builds main's earlier behaviour.
 ladder_step fwd wd-turns "KILN_ATTN_WD_TURNS=1"
+# wd-half (2026-12-07, scripts/rungs/attn-wd-half.patch on 3434a58; built, not measured): in the
+# wide forward, a warpgroup whose 64 rows see at most the first half of their last 128-key block
+# (causal: every other warpgroup of a 192-row tile, 16 of 272 warpgroup-blocks at S = 2048) runs
+# that block's Q·Kᵀ at N = 64 and its P·V over 64 keys. Model: -2.9 % of the MMA work causal at
+# S = 2048, under 1 % at 8192. ptxas then serializes the wide kernel's wgmma (C7511: insufficient
+# register resources for the wgmma pipeline; C7519: warpgroup.arrive injected, 6-12 times),
+# with the N = 64 Q·Kᵀ alone and with the short P·V alone, with or without sc's second half
+# defined before the fence; +130-850 SASS instructions. Not worth a device call in this form: the
+# branch between two accumulator widths is what ptxas cannot pipeline.
