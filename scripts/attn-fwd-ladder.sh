@@ -77,3 +77,4 @@ ladder_step fwd wd-turns "KILN_ATTN_WD_TURNS=1"
 # with the N = 64 Q·Kᵀ alone and with the short P·V alone, with or without sc's second half
 # defined before the fence; +130-850 SASS instructions. Not worth a device call in this form: the
 # branch between two accumulator widths is what ptxas cannot pipeline.
+ladder_step fwd wd-half "KILN_ATTN_WD_HALF=1" 3434a58 scripts/rungs/attn-wd-half.patch
