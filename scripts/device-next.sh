@@ -229,6 +229,11 @@ stream_k_checks() { # stream_k_checks BUILD: test_gpu_matmul's wgmma_stream_k, t
   echo "test_gpu_matmul --filter wgmma_stream_k: exit $?: $(grep -E 'PASSED|FAILED|ERROR|worst' "$L/stream-k.log" | head -8 | tr '\n' ' ')"
   memcheck "$1/tests/test_gpu_matmul" "wgmma_stream_k" "$L/memcheck-stream-k.log"
 }
+. scripts/ncu-lib.sh
+ncu_here() { # ncu_here NAME REGEX SKIP COUNT CMD...: ncu_prof (scripts/ncu-lib.sh) into $L with the stall samples
+  # per SASS line; the mode sets NCU_SECTIONS, NCU_GREP and NCU_TIMEOUT
+  WANT= OUT=$L NCU_SASS=1 ncu_prof "$@"
+}
 layout_sanitizers() { # layout_sanitizers BUILD TOOL...: each compute-sanitizer TOOL on test_gpu_matmul's layout test
   local b=$1 tool
   shift
@@ -785,12 +790,11 @@ mmaafter)
   # inside its 60 timed rounds. About 4 minutes.
   H=$2
   gpu_info
-  OUT=$L NCU_SASS=1 NCU_TIMEOUT=200 NCU_GREP="Duration|Issued|Stall|Throughput|Hit Rate|DRAM" \
-    NCU_SECTIONS="--replay-mode application --cache-control none --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SourceCounters" \
-    bash -c '. scripts/ncu-lib.sh; B=$0; WANT=""
-      ncu_prof mma-alone kiln_gemm_mma_f16 150 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 60
-      ncu_prof mma-paired kiln_gemm_mma_f16 150 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 60 --paired
-      ncu_prof cpa-paired kiln_gemm_cpasync_f16 150 2 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo cp_async --reps 60 --paired' "$H"
+  NCU_TIMEOUT=200 NCU_GREP="Duration|Issued|Stall|Throughput|Hit Rate|DRAM"
+  NCU_SECTIONS="--replay-mode application --cache-control none --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SourceCounters"
+  ncu_here mma-alone kiln_gemm_mma_f16 150 2 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 60
+  ncu_here mma-paired kiln_gemm_mma_f16 150 2 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 60 --paired
+  ncu_here cpa-paired kiln_gemm_cpasync_f16 150 2 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo cp_async --reps 60 --paired
   pack
   ;;
 cpaprof)
@@ -801,11 +805,10 @@ cpaprof)
   gpu_info
   timeout 60 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo all --dtype all --reps 20 >"$L/bench.txt" 2>&1
   grep -E '^matmul ' "$L/bench.txt"
-  OUT=$L NCU_SASS=1 NCU_TIMEOUT=150 NCU_GREP="Duration|Issued|Eligible|Active Warps|Stall|Throughput|Registers" \
-    NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SourceCounters --section InstructionStats --section LaunchStats --section Occupancy" \
-    bash -c '. scripts/ncu-lib.sh; B=$0; WANT=""
-      ncu_prof cpasync kiln_gemm_cpasync_f16 1 1 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo cp_async --reps 2
-      ncu_prof mmasync kiln_gemm_mma_f16 1 1 "$B/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 2' "$H"
+  NCU_TIMEOUT=150 NCU_GREP="Duration|Issued|Eligible|Active Warps|Stall|Throughput|Registers"
+  NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SourceCounters --section InstructionStats --section LaunchStats --section Occupancy"
+  ncu_here cpasync kiln_gemm_cpasync_f16 1 1 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo cp_async --reps 2
+  ncu_here mmasync kiln_gemm_mma_f16 1 1 "$H/tools/kiln-bench" matmul --shape 4096x4096x4096 --algo mma_sync --reps 2
   pack
   ;;
 turns)
@@ -842,13 +845,12 @@ wideprof)
   # samples per SASS line, one launch each after warm-up (about 2 minutes).
   H=$2
   gpu_info
-  OUT=$L NCU_SASS=1 NCU_TIMEOUT=120 NCU_GREP="Duration|Issued|Eligible|Active Warps|Stall|Throughput|Registers" \
-    NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SourceCounters --section InstructionStats --section SchedulerStats" \
-    bash -c '. scripts/ncu-lib.sh; B=$0; WANT=""; export LD_LIBRARY_PATH=$B
-      for c in 0 1; do
-        ncu_prof wide2048c$c kiln_attn_fwd_wide_f16_d64 3 1 "$B/tools/kiln-bench" attention --seq 2048 --dtype f16 \
-          --causal $c --head-dim 64 --algo wgmma --tile-m 192
-      done' "$H"
+  NCU_TIMEOUT=120 NCU_GREP="Duration|Issued|Eligible|Active Warps|Stall|Throughput|Registers"
+  NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SourceCounters --section InstructionStats --section SchedulerStats"
+  for c in 0 1; do
+    LD_LIBRARY_PATH=$H ncu_here wide2048c$c kiln_attn_fwd_wide_f16_d64 3 1 "$H/tools/kiln-bench" attention --seq 2048 \
+      --dtype f16 --causal $c --head-dim 64 --algo wgmma --tile-m 192
+  done
   pack
   ;;
 lean)
