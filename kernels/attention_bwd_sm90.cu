@@ -291,8 +291,8 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
            *empty = v_full + STAGES;
 
   const int wg = warpgroup_index(), t = threadIdx.x % 128;
-  const int tile = query_tile(p);
-  const int q0 = tile * BM, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv), shift = p.sk - p.sq;
+  const tile_of_block bt = block_tile_lpt(p, DP);
+  const int q0 = bt.tile * BM, h = bt.h, b = bt.b, hk = h / (p.hq / p.hkv), shift = p.sk - p.sq;
   const int nblocks = rows_key_blocks(p, shift, q0, BM, BN);
   init_barriers<STAGES, NC>(qdo_full);
 

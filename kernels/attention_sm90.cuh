@@ -74,9 +74,34 @@ KILN_DEVICE void produce(uint8_t *fixed, const CUtensorMap *f0, const CUtensorMa
 }
 
 /* The query tile of this block: with causal masking the tiles with the most keys run first
- * (reversed blockIdx.x), so the short ones fill the last wave. */
+ * (reversed blockIdx.x), so the short ones fill the last wave. The forward's order. */
 KILN_DEVICE int query_tile(const kiln_attn_args &p) {
   return p.causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+}
+
+/* The query tile, head and batch of a dQ block (grid: tiles x heads x batch). Causal, a tile's
+ * work grows with its index (its rows see keys up to their diagonal) and blocks start in linear
+ * blockIdx order, so the grid runs the longest tiles first across heads and the shortest last,
+ * which then fill the last wave (LPT); query_tile's order, each head's tiles longest first and
+ * head after head, leaves the last heads' long tiles in the tail (a list-scheduling model of 132
+ * SMs: ~4 % over the balanced time at B8 H32 S2048). Across every head at once the blocks in
+ * flight would read more heads' K and V than L2 holds at long sequences, so the heads go in
+ * sections whose K and V fit KILN_ATTN_LPT_L2_BYTES (kiln_abi.h), each section longest first
+ * (FlashAttention-3 orders its causal tiles so). dp: the padded head dim. Rung lpt measured it
+ * in the forward too, where it lost 2-3 % at D = 64, S = 2048 (docs/performance.md, "Rung lpt"). */
+struct tile_of_block {
+  int tile, h, b;
+};
+KILN_DEVICE tile_of_block block_tile_lpt(const kiln_attn_args &p, int dp) {
+  if (!p.causal) return {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
+  const int nt = gridDim.x, nh = gridDim.y, heads = nh * gridDim.z; /* heads: (batch, head) pairs */
+  /* a query head's share of its K and V in KB (Sk clamped: past 4 M keys one head a section anyway) */
+  const unsigned kv_kb = (unsigned)min(p.sk, 1 << 22) * (unsigned)dp / 256u / (unsigned)(p.hq / p.hkv);
+  const int sec = max(1, (int)((unsigned)(KILN_ATTN_LPT_L2_BYTES >> 10) / max(kv_kb, 1u)));
+  const int lin = blockIdx.x + nt * (blockIdx.y + nh * blockIdx.z);
+  const int first = lin / (nt * sec) * sec, n = min(sec, heads - first), r = lin - first * nt;
+  const int bh = first + r % n;
+  return {nt - 1 - r / n, bh % nh, bh / nh};
 }
 
 /* The key blocks of BN keys that query rows r .. r + rows - 1 see, counting only rows < Sq: a

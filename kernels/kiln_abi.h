@@ -329,6 +329,13 @@ typedef struct kiln_attn_args {
 #ifndef KILN_ATTN_WD_TURNS
 #define KILN_ATTN_WD_TURNS 1
 #endif
+/* The K and V bytes that the causal sm_90a dQ kernel's longest-first order keeps in flight at
+ * once (attention_sm90.cuh, block_tile_lpt): a third of the H100's / H200's 50 MB L2. 0: each
+ * head's tiles longest first, head after head, as the forward runs them (rung lpt,
+ * docs/performance.md). */
+#ifndef KILN_ATTN_LPT_L2_BYTES
+#define KILN_ATTN_LPT_L2_BYTES (16 << 20)
+#endif
 
 /* The sm_90a short-sequence forward (algo SMEM; the same kernel as the FLASH forward, configured
  * for a few key blocks per query tile): 2 warpgroups (a TMA producer, one consumer of SH_BM = 64

@@ -48,6 +48,8 @@
 #                    paired with cuBLAS, CP_ASYNC paired (about 4 minutes)
 #   turns HEAD RUNG BASE  issue 8, rung wd-turns: tests and sanitizers of RUNG's wide forward, RUNG
 #                    against BASE at D = 64 (S 2048, 8192) twice beside SDPA, HEAD's --quick (6 min)
+#   lpt HEAD BASE    issue 8, rung lpt: HEAD's attention tests and memchecks, then causal D = 64 / 128
+#                    of BASE and HEAD interleaved twice (3 min)
 #   wideprof HEAD    issue 8: Nsight Compute stall samples per SASS line of the wide D = 64 forward
 #                    at S = 2048, f16, causal and not (2 min)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
@@ -838,6 +840,26 @@ turns)
     more "quick $b" && bench_run quick "$b" '^attention' attention --quick --dtype all
   done
   pack
+  ;;
+lpt)
+  # issue 8, rung lpt: causal tiles longest first across heads in L2-sized sections (HEAD: a build
+  # with it and its tests, BASE: main's). HEAD's test_gpu_attention, memcheck of lengths_and_groups
+  # (forward) and backward_shapes (the dQ kernel), then causal D = 64 / 128 at S 2048 / 8192
+  # (forward and forward + backward) of BASE and HEAD interleaved twice (about 3 minutes).
+  H=$2 B=$3
+  gpu_info
+  more "tests" && gpu_test "$H/tests/test_gpu_attention"
+  more "memcheck" && memchecks "$H/tests/test_gpu_attention" lengths_and_groups backward_shapes
+  pack
+  for pass in 1 2; do
+    for b in "$B" "$H"; do
+      for d in 64 128; do
+        more "causal d$d $pass" && bench_run "causal-d$d-$pass" "$b" '^attention' attention --head-dim $d --seq 2048 \
+          --seq 8192 --causal 1 --dtype all
+      done
+    done
+    pack
+  done
   ;;
 wideprof)
   # issue 8: where the wide D = 64 forward's cycles go at S = 2048 (B8 H32, f16; 192-row tiles
