@@ -83,8 +83,8 @@ KILN_DEVICE int query_tile(const kiln_attn_args &p) {
  * work grows with its index (its rows see keys up to their diagonal) and blocks start in linear
  * blockIdx order, so the grid runs the longest tiles first across heads and the shortest last,
  * which then fill the last wave (LPT); query_tile's order, each head's tiles longest first and
- * head after head, leaves the last heads' long tiles in the tail (a list-scheduling model of 132
- * SMs: ~4 % over the balanced time at B8 H32 S2048). Across every head at once the blocks in
+ * head after head, leaves the last heads' long tiles in the tail (scripts/lpt-model.py, a
+ * list-scheduling model of 132 SMs: ~5 % over the balanced time at B·S = 16384, H = 32). Across every head at once the blocks in
  * flight would read more heads' K and V than L2 holds at long sequences, so the heads go in
  * sections whose K and V fit KILN_ATTN_LPT_L2_BYTES (kiln_abi.h), each section longest first
  * (FlashAttention-3 orders its causal tiles so). dp: the padded head dim. Rung lpt measured it
@@ -94,10 +94,14 @@ struct tile_of_block {
 };
 KILN_DEVICE tile_of_block block_tile_lpt(const kiln_attn_args &p, int dp) {
   if (!p.causal) return {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
+  /* a grid of 2^31 blocks or more (heads and batch up to 65535 each) keeps query_tile's order,
+   * so that the linear index below fits an int */
+  if ((uint64_t)gridDim.x * gridDim.y * gridDim.z > (uint64_t)INT32_MAX)
+    return {query_tile(p), (int)blockIdx.y, (int)blockIdx.z};
   const int nt = gridDim.x, nh = gridDim.y, heads = nh * gridDim.z; /* heads: (batch, head) pairs */
   /* a query head's share of its K and V in KB (Sk clamped: past 4 M keys one head a section anyway) */
   const unsigned kv_kb = (unsigned)min(p.sk, 1 << 22) * (unsigned)dp / 256u / (unsigned)(p.hq / p.hkv);
-  const int sec = max(1, (int)((unsigned)(KILN_ATTN_LPT_L2_BYTES >> 10) / max(kv_kb, 1u)));
+  const int sec = min(heads, max(1, (int)((unsigned)(KILN_ATTN_LPT_L2_BYTES >> 10) / max(kv_kb, 1u))));
   const int lin = blockIdx.x + nt * (blockIdx.y + nh * blockIdx.z);
   const int first = lin / (nt * sec) * sec, n = min(sec, heads - first), r = lin - first * nt;
   const int bh = first + r % n;
