@@ -57,7 +57,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
   using namespace sm90;
   constexpr int BM = 64 * NC;
   constexpr int Q_BYTES = BM * DP * 2, KV_BYTES = BN * DP * 2;
-  /* the consumer warpgroups take turns to issue their MMAs: two always, three in the rung wd-turns */
+  /* the consumer warpgroups take turns to issue their MMAs: two always, three with KILN_ATTN_WD_TURNS */
   constexpr bool TURNS = KILN_ATTN_PINGPONG && (NC == 2 || (NC == 3 && KILN_ATTN_WD_TURNS));
   static_assert(DP == 64 || DP == 128 || DP == 256, "wgmma tiles for head dims padded to 64, 128 or 256");
   static_assert(NC >= 1 && NC <= 3, "one to three consumer warpgroups");

@@ -46,9 +46,9 @@
 #                    STOP_AT cuts)
 #   mmaafter HEAD    issue 3: Nsight Compute (application replay) of MMA_SYNC back to back and
 #                    paired with cuBLAS, CP_ASYNC paired (about 4 minutes)
-#   turns HEAD RUNG BASE  issue 8, rung wd-turns: tests and sanitizers of RUNG's wide forward, RUNG
+#   turns HEAD RUNG BASE  (done 2026-12-07, taken) issue 8, rung wd-turns: tests and sanitizers of RUNG's wide forward, RUNG
 #                    against BASE at D = 64 (S 2048, 8192) twice beside SDPA, HEAD's --quick (6 min)
-#   lpt HEAD BASE    issue 8, rung lpt: HEAD's attention tests and memchecks, then causal D = 64 / 128
+#   lpt HEAD BASE    (done 2026-12-07, taken for dQ) issue 8, rung lpt: HEAD's attention tests and memchecks, then causal D = 64 / 128
 #                    of BASE and HEAD interleaved twice (3 min)
 #   wideprof HEAD    issue 8: Nsight Compute stall samples per SASS line of the wide D = 64 forward
 #                    at S = 2048, f16, causal and not (2 min)
