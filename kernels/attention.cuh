@@ -155,8 +155,16 @@ constexpr float LOG2E = 1.4426950408889634f;
 /* The forward's LSE in log2 units, with "no contribution" (-inf: no visible key) as +inf. */
 KILN_DEVICE float lse_log2(float lse) { return lse == -INFINITY ? INFINITY : lse * LOG2E; }
 
-/* Key blocks of bn keys that query rows [q0, q0 + rows) see: all of Sk, or with causal up to the
- * last row's diagonal (query i sees keys j <= i + shift, shift = Sk - Sq). */
+/* The keys [0, end) that query rows [q0, q0 + rows) see: all of Sk, or with causal up to the last
+ * row's diagonal (query i sees keys j <= i + shift, shift = Sk - Sq). */
+KILN_DEVICE int key_end(const kiln_attn_args &p, int shift, int q0, int rows) {
+  int kend = p.sk;
+  if (p.causal) kend = min(kend, max(0, q0 + rows + shift));
+  return kend;
+}
+
+/* The key blocks of bn keys that hold them (key_end's arithmetic inline: the sm_90a kernels'
+ * code is the same as before key_end was split out). */
 KILN_DEVICE int key_blocks(const kiln_attn_args &p, int shift, int q0, int rows, int bn) {
   int kend = p.sk;
   if (p.causal) kend = min(kend, max(0, q0 + rows + shift));

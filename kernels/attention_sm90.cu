@@ -40,7 +40,8 @@
  * right of the diagonal) are masked to -inf in the blocks that contain any; the row epilogue
  * stores only rows < Sq and columns < D. Causal tiles stop at their last visible key block and
  * are scheduled longest first (block x takes tile ntiles - 1 - x), which balances the grid's
- * tail.
+ * tail; the wide configuration's causal tiles end at Sq, so its partial tile is the shortest
+ * (whole warpgroups of rows before row 0: no keys, no stores).
  */
 #include "attention_sm90.cuh"
 
@@ -59,6 +60,8 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
   constexpr int Q_BYTES = BM * DP * 2, KV_BYTES = BN * DP * 2;
   /* the consumer warpgroups take turns to issue their MMAs: two always, three with KILN_ATTN_WD_TURNS */
   constexpr bool TURNS = KILN_ATTN_PINGPONG && (NC == 2 || (NC == 3 && KILN_ATTN_WD_TURNS));
+  /* half blocks: a warpgroup's last key block on its first BN / 2 keys where its rows see no more */
+  constexpr bool HALF = NC == 3 && KILN_ATTN_WD_HALF;
   static_assert(DP == 64 || DP == 128 || DP == 256, "wgmma tiles for head dims padded to 64, 128 or 256");
   static_assert(NC >= 1 && NC <= 3, "one to three consumer warpgroups");
   static_assert(SMEM_BYTES >= Q_BYTES + STAGES * 2 * KV_BYTES + 1024 + (1 + 3 * STAGES) * 8,
@@ -70,7 +73,12 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 
   const int wg = warpgroup_index(), t = threadIdx.x % 128;
   const int tile = query_tile(p);
-  const int q0 = tile * BM, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv);
+  /* Causal wide tiles end at Sq: where 192 does not divide Sq, the first tile (the shortest) holds
+   * the rows before row 0 (whole warpgroups of them: no keys, no stores; TMA fills their Q with
+   * zeros), not the last (the longest), whose idle warpgroup would cost a third of the SM for the
+   * longest walk of the head (at S = 2048: ~5 % of the warpgroup turns). The grid is the same. */
+  const int pad = NC == 3 && KILN_ATTN_WD_PAD && p.causal ? (BM - p.sq % BM) % BM / 64 * 64 : 0;
+  const int q0 = tile * BM - pad, h = blockIdx.y, b = blockIdx.z, hk = h / (p.hq / p.hkv);
   const int shift = p.sk - p.sq; /* query i sees keys j <= i + shift */
   const int nblocks = rows_key_blocks(p, shift, q0, BM, BN);
   init_barriers<STAGES, NC>(q_full);
@@ -95,36 +103,56 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
      * rows see up to two blocks fewer than its last) and release the tile's others unread; with
      * turns, they pass the rest of the tile's turns on without MMAs. Two ping-pong partners (128
      * rows, 128-key blocks) see the same blocks but where Sk - Sq splits them, and walk the tile's. */
-    const int nb = NC == 3 ? rows_key_blocks(p, shift, first, 64, BN) : nblocks;
+    const int kend = NC == 3 && first >= 0 ? rows_key_end(p, shift, first, 64) : 0;
+    const int nb = NC == 3 ? (kend + BN - 1) / BN : nblocks;
+    /* Where this warpgroup's rows see at most the first BN / 2 keys of their last block (causal:
+     * every other warpgroup of a 192-row tile, whose 64 rows end mid-block), that block's products
+     * run on those keys only: Q·Kᵀ at N = BN / 2, its softmax on half the scores, P·V over BN / 2
+     * keys (the other half's scores would all be masked, its P zero). The block is peeled off the
+     * loop, each width a straight branch from issue to wait, so that no wgmma in flight crosses
+     * the join (a width chosen inside issue_qk / issue_pv made ptxas serialize every wgmma). */
+    const bool half_last = HALF && nb > 0 && kend - (nb - 1) * BN <= BN / 2;
     const uint8_t *sqw = sq + cw * 64 * 128;              /* this warpgroup's 64 rows of each chunk */
     /* S = Q·K(blk)ᵀ issued (not waited for): DP / 16 k16 steps, 32 bytes along the 128-byte row,
      * then the next chunk */
-    auto issue_qk = [&](int blk) {
+    auto issue_qk = [&](int blk, auto width) {
+      constexpr int W = decltype(width)::value;
       const uint8_t *sk = ring_tile<DP, BN>(ring, blk % STAGES, 0);
       mbar_wait(&k_full[blk % STAGES], (blk / STAGES) & 1);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < DP / 16; ks++) /* the first k step overwrites sc: no zeroing after the fence */
-        wgmma_m64k16<BN, BF16, 0, 0>(sc, kmajor_desc<BM>(sqw, ks), kmajor_desc<BN>(sk, ks), ks > 0);
+        wgmma_m64k16<W, BF16, 0, 0>(*reinterpret_cast<float(*)[W / 2]>(sc), kmajor_desc<BM>(sqw, ks),
+                                    kmajor_desc<BN>(sk, ks), ks > 0);
       wgmma_commit();
     };
     /* O += P·V(blk) issued: BN / 16 k16 steps of 16 key rows (2048 bytes) of V, read n-major */
     uint32_t pa[BN / 16][4];
-    auto issue_pv = [&](int blk) {
+    auto issue_pv = [&](int blk, auto width) {
+      constexpr int W = decltype(width)::value;
       const uint8_t *sv = ring_tile<DP, BN>(ring, blk % STAGES, 1);
       mbar_wait(&v_full[blk % STAGES], (blk / STAGES) & 1);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BN / 16; kk++)
+      for (int kk = 0; kk < W / 16; kk++)
         wgmma_rs_m64k16<DP, BF16, 1>(o, pa[kk], nmajor_desc<BN>(sv, kk));
       wgmma_commit();
+    };
+    /* P as A fragments for P·V */
+    auto to_p = [&](auto width) {
+#pragma unroll
+      for (int kk = 0; kk < decltype(width)::value / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
     };
     /* the softmax of block blk's scores (masked only where the block holds keys past Sk or right
      * of the tile's first row's diagonal); corr for O */
     float corr[2];
-    auto softmax = [&](int blk) {
+    auto softmax = [&](int blk, auto width) {
+      constexpr int W = decltype(width)::value;
       const int k0 = blk * BN;
-      if (k0 + BN > p.sk || (p.causal && k0 + BN - 1 > first + shift))
+      if (W < BN) /* a half block: on the diagonal or at Sk */
+        softmax_step<true>(*reinterpret_cast<float(*)[W / 8][4]>(sc), m, l, corr, sl2, k0 + (lane % 4) * 2, row0,
+                           p.sk, p.causal, shift);
+      else if (k0 + BN > p.sk || (p.causal && k0 + BN - 1 > first + shift))
         softmax_step<true>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
       else
         softmax_step<false>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
@@ -148,34 +176,48 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
      * the softmax of S(j) runs while the tensor cores still work on P·V; O is rescaled once that
      * product has retired ((O + P(j-1)·V(j-1)) and P(j-1) share the maximum m(j-1), so scaling the
      * sum by exp2((m(j-1) - m(j))·sl2) is exact). Slot j-1 is released after its P·V. */
-    if (nb > 0) {
+    const width_tag<BN> full;
+    const width_tag<BN / 2> halfw;
+    auto first_step = [&](auto width) {
       my_turn();
-      issue_qk(0);
+      issue_qk(0, width);
       your_turn(false);
       wgmma_wait<0>();
-      softmax(0); /* O is still 0: corr unused */
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
-    }
-    for (int blk = 1; blk < nb; blk++) {
+      softmax(0, width); /* O is still 0: corr unused */
+      to_p(width);
+    };
+    auto step = [&](int blk, auto width) { /* S(blk) at width, P·V(blk - 1) full */
       my_turn();
-      issue_qk(blk);
-      issue_pv(blk - 1);
+      issue_qk(blk, width);
+      issue_pv(blk - 1, full);
       your_turn(false);
       wgmma_wait<1>(); /* S(blk) is ready; P·V(blk - 1) may still run */
-      softmax(blk);
+      softmax(blk, width);
       wgmma_wait<0>();
       if (t == 0) mbar_arrive(&empty[(blk - 1) % STAGES]); /* this warpgroup is done with slot blk - 1 */
       rescale(o4, corr);
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
-    }
-    if (nb > 0) {
+      to_p(width);
+    };
+    auto last_step = [&](auto width) {
       my_turn();
-      issue_pv(nb - 1);
+      issue_pv(nb - 1, width);
       your_turn(nb + 1 == turns);
       wgmma_wait<0>();
       if (t == 0) mbar_arrive(&empty[(nb - 1) % STAGES]);
+    };
+    if (nb > 0) {
+      if (half_last && nb == 1)
+        first_step(halfw);
+      else
+        first_step(full);
+    }
+    for (int blk = 1; blk < nb - (half_last ? 1 : 0); blk++) step(blk, full);
+    if (half_last && nb > 1) step(nb - 1, halfw);
+    if (nb > 0) {
+      if (half_last)
+        last_step(halfw);
+      else
+        last_step(full);
     }
     /* The tile's remaining turns, passed on. Turn u of a warpgroup with work releases block u - 1's
      * slot, so an idle one releases block u - 1 (unread) after passing turn u: the producer then
@@ -187,7 +229,8 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
         if (t == 0 && turn > 0) release_unread<STAGES>(k_full, empty, turn - 1, turn);
       }
     /* O / l through this warpgroup's rows of the Q tile (its last Q·Kᵀ retired) where O takes it */
-    if (stages_out<BF16>(p.o, p.o_dtype, p.o_bs, p.o_hs, p.o_ss, p.o_ds)) {
+    if (NC == 3 && first < 0) { /* rows before row 0 (pad): nothing to store */
+    } else if (stages_out<BF16>(p.o, p.o_dtype, p.o_bs, p.o_hs, p.o_ss, p.o_ds)) {
       float inv[2];
 #pragma unroll
       for (int r = 0; r < 2; r++) {

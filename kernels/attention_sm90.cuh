@@ -108,11 +108,19 @@ KILN_DEVICE tile_of_block block_tile_lpt(const kiln_attn_args &p, int dp) {
   return {nt - 1 - r / n, bh % nh, bh / nh};
 }
 
-/* The key blocks of BN keys that query rows r .. r + rows - 1 see, counting only rows < Sq: a
- * tile's count (what its producer loads) or one consumer warpgroup's (rows = 64; 0 when all its
- * rows are past Sq). Causal, a tile's first rows see fewer blocks than its last: in a 192-row
+/* A compile-time key-block width handed to a generic lambda (decltype(w)::value). */
+template <int W> struct width_tag {
+  static constexpr int value = W;
+};
+
+/* The keys [0, end) (rows_key_end) and the key blocks of BN keys (rows_key_blocks) that query
+ * rows r .. r + rows - 1 see, counting only rows < Sq: a tile's count (what its producer loads)
+ * or one consumer warpgroup's (rows = 64; 0 when all its rows are past Sq). Causal, a tile's first rows see fewer blocks than its last: in a 192-row
  * tile of 128-key blocks, a tenth of the products at S = 2048 would be on keys that only the
  * later rows see (docs/performance.md, "Per-warpgroup key ranges"). */
+KILN_DEVICE int rows_key_end(const kiln_attn_args &p, int shift, int r, int rows) {
+  return r < p.sq ? key_end(p, shift, r, min(rows, p.sq - r)) : 0;
+}
 KILN_DEVICE int rows_key_blocks(const kiln_attn_args &p, int shift, int r, int rows, int bn) {
   return r < p.sq ? key_blocks(p, shift, r, min(rows, p.sq - r), bn) : 0;
 }

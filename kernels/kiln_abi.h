@@ -329,6 +329,16 @@ typedef struct kiln_attn_args {
 #ifndef KILN_ATTN_WD_TURNS
 #define KILN_ATTN_WD_TURNS 1
 #endif
+/* The wide D = 64 forward runs a warpgroup's last key block at half width where its rows see only
+ * that block's first half (attention_sm90.cu, HALF), and causal, puts its partial tile (Sq not a
+ * multiple of 192) first, not last (pad). Rungs wd-half2 + wd-pad together: causal D = 64,
+ * S = 2048 forward 1.6-2.5 % faster (nine runs each on an H100; docs/performance.md). */
+#ifndef KILN_ATTN_WD_HALF
+#define KILN_ATTN_WD_HALF 1
+#endif
+#ifndef KILN_ATTN_WD_PAD
+#define KILN_ATTN_WD_PAD 1
+#endif
 /* The K and V bytes that the causal sm_90a dQ kernel's longest-first order keeps in flight at
  * once (attention_sm90.cuh, block_tile_lpt): a third of the H100's / H200's 50 MB L2. 0: each
  * head's tiles longest first, head after head, as the forward runs them (rung lpt,
