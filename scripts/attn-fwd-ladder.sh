@@ -78,3 +78,21 @@ ladder_step fwd wd-turns "KILN_ATTN_WD_TURNS=1"
 # defined before the fence; +130-850 SASS instructions. Not worth a device call in this form: the
 # branch between two accumulator widths is what ptxas cannot pipeline.
 ladder_step fwd wd-half "KILN_ATTN_WD_HALF=1" 3434a58 scripts/rungs/attn-wd-half.patch
+# wd-half2 and wd-pad (2026-12-07, thirty-fourth session; on main since 2f7d0ff, KILN_ATTN_WD_HALF
+# and KILN_ATTN_WD_PAD 1 in kiln_abi.h, 0 builds the earlier code): wd-half with the half-width
+# block peeled off the loop (first / last step chosen whole, each width straight from issue to
+# wait: ptxas then keeps every wgmma pipelined, 0 spills, wide kernels 3808 -> 4760 SASS
+# instructions with both); wd-pad: causal, the wide forward's tiles end at Sq, so a partial tile
+# (Sq not a multiple of 192) is the shortest, not the longest (model: up to -5 % at S = 2048 if
+# a tile's time were its busiest warpgroup's chain). Predicted -3 % (half) and up to -5 % (pad);
+# measured on an H100 (docs/performance.md, "Rungs wd-half2, wd-pad and tree"): together 1.6-2.5 %
+# faster causal at S = 2048 over nine runs, each alone within the spread. Compare: builds with
+# KILN_TUNE_DEFS "KILN_ATTN_WD_HALF=0;KILN_ATTN_WD_PAD=0" and the default, kiln-bench attention
+# --head-dim 64 --seq 2048 --causal 1 --dtype all, interleaved (scripts/device-next.sh halfmore).
+ladder_step fwd wd-half2-pad ""
+# tree (scripts/rungs/attn-softmax-tree.patch on 8b2ae64): softmax_step's row maximum and row sum
+# as trees (depth 6 instead of chains of 63 dependent FMNMX / FADD) after Nsight Compute put 10-14 %
+# of the wide forward's stall samples on FMNMX, mostly "wait". Measured (H100, three interleaved
+# runs of kiln-bench attention --quick --dtype all): forward 0.92-1.08x main's time, mixed within
+# the spread; the forward is not bound by that latency. Not taken.
+ladder_step fwd tree "" 8b2ae64 scripts/rungs/attn-softmax-tree.patch

@@ -50,7 +50,19 @@
 #                    against BASE at D = 64 (S 2048, 8192) twice beside SDPA, HEAD's --quick (6 min)
 #   lpt HEAD BASE    (done 2026-12-07, taken for dQ) issue 8, rung lpt: HEAD's attention tests and memchecks, then causal D = 64 / 128
 #                    of BASE and HEAD interleaved twice (3 min)
-#   wideprof HEAD    issue 8: Nsight Compute stall samples per SASS line of the wide D = 64 forward
+#   half HEAD BASE OTHERS...  (done 2026-12-07, taken together) issue 8, rungs wd-half2 (a warpgroup's half-visible last key block
+#                    at half width, peeled off the loop) and wd-pad (causal: the partial 192-row
+#                    tile first): HEAD's attention tests and memchecks, SDPA flash at D = 64,
+#                    causal D = 64 (S 2048, 8192) of BASE, OTHERS and HEAD interleaved three
+#                    times, non-causal BASE and HEAD once, then the wide forward's Nsight Compute
+#                    profile of BASE and HEAD, causal (STOP_AT cuts; about 9 minutes)
+#   halfmore HEAD BASE OTHERS...  (done 2026-12-07) issue 8, rungs wd-half2 / wd-pad again: HEAD's attention tests and
+#                    memchecks, then causal D = 64 S = 2048 of BASE, OTHERS and HEAD interleaved six
+#                    times (STOP_AT cuts; about 4 minutes)
+#   tree HEAD BASE   (done 2026-12-07, not taken) issue 8, rung tree (the softmax's row max and sum as trees): HEAD's attention
+#                    tests and memcheck, SDPA flash --quick, then kiln-bench attention --quick
+#                    --dtype all of BASE and HEAD interleaved (STOP_AT cuts; about 6 minutes)
+#   wideprof HEAD    (done 2026-12-07) issue 8: Nsight Compute stall samples per SASS line of the wide D = 64 forward
 #                    at S = 2048, f16, causal and not (2 min)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
 #                    CP_ASYNC and MMA_SYNC f16 kernels at 4096^3, and kiln-bench --algo all (2 min)
@@ -857,6 +869,64 @@ lpt)
         more "causal d$d $pass" && bench_run "causal-d$d-$pass" "$b" '^attention' attention --head-dim $d --seq 2048 \
           --seq 8192 --causal 1 --dtype all
       done
+    done
+    pack
+  done
+  ;;
+half)
+  H=$2 B=$3
+  shift 3
+  gpu_info
+  more "tests" && gpu_test "$H/tests/test_gpu_attention"
+  more "memcheck" && memchecks "$H/tests/test_gpu_attention" lengths_and_groups fully_masked_rows
+  pack
+  more sdpa && sdpa_peer --lengths 2048,8192 --head-dims 64
+  for pass in 1 2 3; do
+    for b in "$B" "$@" "$H"; do
+      more "causal $pass $b" && bench_run "causal-$pass" "$b" '^attention' attention --head-dim 64 --seq 2048 \
+        --seq 8192 --causal 1 --dtype all --peer "$L/sdpa.txt"
+    done
+    pack
+  done
+  for b in "$B" "$H"; do
+    more "plain $b" && bench_run plain "$b" '^attention' attention --head-dim 64 --seq 2048 --seq 8192 --causal 0 \
+      --dtype all --peer "$L/sdpa.txt"
+  done
+  pack
+  NCU_TIMEOUT=90 NCU_GREP="Duration|Issued|Eligible|Active Warps|Stall|Throughput|Registers"
+  NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SourceCounters --section InstructionStats --section SchedulerStats"
+  for b in "$B" "$H"; do
+    more "prof $b" && LD_LIBRARY_PATH=$b ncu_here "wide2048c1-$(basename "$b")" kiln_attn_fwd_wide_f16_d64 3 1 \
+      "$b/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal 1 --head-dim 64 --algo wgmma --tile-m 192
+  done
+  pack
+  ;;
+halfmore)
+  H=$2 B=$3
+  shift 3
+  gpu_info
+  more "tests" && gpu_test "$H/tests/test_gpu_attention"
+  more "memcheck" && memchecks "$H/tests/test_gpu_attention" lengths_and_groups fully_masked_rows
+  pack
+  for pass in 1 2 3 4 5 6; do
+    for b in "$B" "$@" "$H"; do
+      more "c2048 $pass $b" && bench_run "c2048-$pass" "$b" '^attention B' attention --head-dim 64 --seq 2048 \
+        --causal 1 --dtype all
+    done
+    pack
+  done
+  ;;
+tree)
+  H=$2 B=$3
+  gpu_info
+  more "tests" && gpu_test "$H/tests/test_gpu_attention"
+  more "memcheck" && memchecks "$H/tests/test_gpu_attention" lengths_and_groups
+  pack
+  more sdpa && sdpa_peer
+  for pass in 1 2 3; do
+    for b in "$B" "$H"; do
+      more "quick $pass $b" && bench_run "quick-$pass" "$b" '^attention' attention --quick --dtype all \
+        --peer "$L/sdpa.txt" | grep -v 'fwd+bwd'
     done
     pack
   done
