@@ -78,7 +78,7 @@ ladder_step fwd wd-turns "KILN_ATTN_WD_TURNS=1"
 # defined before the fence; +130-850 SASS instructions. Not worth a device call in this form: the
 # branch between two accumulator widths is what ptxas cannot pipeline.
 ladder_step fwd wd-half "KILN_ATTN_WD_HALF=1" 3434a58 scripts/rungs/attn-wd-half.patch
-# wd-half2 and wd-pad (2026-12-07, thirty-fourth session; on main since 2f7d0ff, KILN_ATTN_WD_HALF
+# wd-half2 and wd-pad (2026-12-07, thirty-fourth session; on main since ad98a28, KILN_ATTN_WD_HALF
 # and KILN_ATTN_WD_PAD 1 in kiln_abi.h, 0 builds the earlier code): wd-half with the half-width
 # block peeled off the loop (first / last step chosen whole, each width straight from issue to
 # wait: ptxas then keeps every wgmma pipelined, 0 spills, wide kernels 3808 -> 4760 SASS
