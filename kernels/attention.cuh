@@ -163,12 +163,9 @@ KILN_DEVICE int key_end(const kiln_attn_args &p, int shift, int q0, int rows) {
   return kend;
 }
 
-/* The key blocks of bn keys that hold them (key_end's arithmetic inline: the sm_90a kernels'
- * code is the same as before key_end was split out). */
+/* The key blocks of bn keys that hold them. */
 KILN_DEVICE int key_blocks(const kiln_attn_args &p, int shift, int q0, int rows, int bn) {
-  int kend = p.sk;
-  if (p.causal) kend = min(kend, max(0, q0 + rows + shift));
-  return (kend + bn - 1) / bn;
+  return (key_end(p, shift, q0, rows) + bn - 1) / bn;
 }
 
 /* A head's K and V (from K and V, its first key) walked in blocks of BC keys by the sm_80 kernels

@@ -115,9 +115,10 @@ template <int W> struct width_tag {
 
 /* The keys [0, end) (rows_key_end) and the key blocks of BN keys (rows_key_blocks) that query
  * rows r .. r + rows - 1 see, counting only rows < Sq: a tile's count (what its producer loads)
- * or one consumer warpgroup's (rows = 64; 0 when all its rows are past Sq). Causal, a tile's first rows see fewer blocks than its last: in a 192-row
- * tile of 128-key blocks, a tenth of the products at S = 2048 would be on keys that only the
- * later rows see (docs/performance.md, "Per-warpgroup key ranges"). */
+ * or one consumer warpgroup's (rows = 64; 0 when all its rows are past Sq). Causal, a tile's
+ * first rows see fewer blocks than its last: in a 192-row tile of 128-key blocks, a tenth of the
+ * products at S = 2048 would be on keys that only the later rows see (docs/performance.md,
+ * "Per-warpgroup key ranges"). */
 KILN_DEVICE int rows_key_end(const kiln_attn_args &p, int shift, int r, int rows) {
   return r < p.sq ? key_end(p, shift, r, min(rows, p.sq - r)) : 0;
 }

@@ -260,6 +260,17 @@ sm80_paired() { # sm80_paired BUILD: its MMA_SYNC and CP_ASYNC at 4096^3 paired 
       --dtype all --paired --reps 30
   done
 }
+wide_checks() { # wide_checks BUILD: its test_gpu_attention and memcheck of the tests that run the wide forward's edges
+  more "tests" && gpu_test "$1/tests/test_gpu_attention"
+  more "memcheck" && memchecks "$1/tests/test_gpu_attention" lengths_and_groups fully_masked_rows
+  pack
+}
+wide_prof() { # wide_prof NAME BUILD CAUSAL: Nsight Compute of BUILD's wide D = 64 forward, B8 H32 S2048 f16
+  NCU_TIMEOUT=${NCU_TIMEOUT:-120} NCU_GREP="Duration|Issued|Eligible|Active Warps|Stall|Throughput|Registers" \
+    NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SourceCounters --section InstructionStats --section SchedulerStats" \
+    ncu_here "$1" kiln_attn_fwd_wide_f16_d64 3 1 "$2/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal "$3" \
+    --head-dim 64 --algo wgmma --tile-m 192
+}
 case $mode in
 land)
   # before landing a GEMM epilogue change: every GPU test program of HEAD but the soak (and those
@@ -877,9 +888,7 @@ half)
   H=$2 B=$3
   shift 3
   gpu_info
-  more "tests" && gpu_test "$H/tests/test_gpu_attention"
-  more "memcheck" && memchecks "$H/tests/test_gpu_attention" lengths_and_groups fully_masked_rows
-  pack
+  wide_checks "$H"
   more sdpa && sdpa_peer --lengths 2048,8192 --head-dims 64
   for pass in 1 2 3; do
     for b in "$B" "$@" "$H"; do
@@ -893,11 +902,8 @@ half)
       --dtype all --peer "$L/sdpa.txt"
   done
   pack
-  NCU_TIMEOUT=90 NCU_GREP="Duration|Issued|Eligible|Active Warps|Stall|Throughput|Registers"
-  NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SourceCounters --section InstructionStats --section SchedulerStats"
   for b in "$B" "$H"; do
-    more "prof $b" && LD_LIBRARY_PATH=$b ncu_here "wide2048c1-$(basename "$b")" kiln_attn_fwd_wide_f16_d64 3 1 \
-      "$b/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal 1 --head-dim 64 --algo wgmma --tile-m 192
+    more "prof $b" && NCU_TIMEOUT=90 wide_prof "wide2048c1-$(basename "$b")" "$b" 1
   done
   pack
   ;;
@@ -905,9 +911,7 @@ halfmore)
   H=$2 B=$3
   shift 3
   gpu_info
-  more "tests" && gpu_test "$H/tests/test_gpu_attention"
-  more "memcheck" && memchecks "$H/tests/test_gpu_attention" lengths_and_groups fully_masked_rows
-  pack
+  wide_checks "$H"
   for pass in 1 2 3 4 5 6; do
     for b in "$B" "$@" "$H"; do
       more "c2048 $pass $b" && bench_run "c2048-$pass" "$b" '^attention B' attention --head-dim 64 --seq 2048 \
@@ -937,12 +941,7 @@ wideprof)
   # samples per SASS line, one launch each after warm-up (about 2 minutes).
   H=$2
   gpu_info
-  NCU_TIMEOUT=120 NCU_GREP="Duration|Issued|Eligible|Active Warps|Stall|Throughput|Registers"
-  NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SourceCounters --section InstructionStats --section SchedulerStats"
-  for c in 0 1; do
-    LD_LIBRARY_PATH=$H ncu_here wide2048c$c kiln_attn_fwd_wide_f16_d64 3 1 "$H/tools/kiln-bench" attention --seq 2048 \
-      --dtype f16 --causal $c --head-dim 64 --algo wgmma --tile-m 192
-  done
+  for c in 0 1; do wide_prof wide2048c$c "$H" $c; done
   pack
   ;;
 lean)
