@@ -84,11 +84,12 @@ KILN_DEVICE int query_tile(const kiln_attn_args &p) {
  * blockIdx order, so the grid runs the longest tiles first across heads and the shortest last,
  * which then fill the last wave (LPT); query_tile's order, each head's tiles longest first and
  * head after head, leaves the last heads' long tiles in the tail (scripts/lpt-model.py, a
- * list-scheduling model of 132 SMs: ~5 % over the balanced time at B·S = 16384, H = 32). Across every head at once the blocks in
- * flight would read more heads' K and V than L2 holds at long sequences, so the heads go in
- * sections whose K and V fit KILN_ATTN_LPT_L2_BYTES (kiln_abi.h), each section longest first
- * (FlashAttention-3 orders its causal tiles so). dp: the padded head dim. Rung lpt measured it
- * in the forward too, where it lost 2-3 % at D = 64, S = 2048 (docs/performance.md, "Rung lpt"). */
+ * list-scheduling model of 132 SMs: ~5 % over the balanced time at B·S = 16384, H = 32).
+ * Across every head at once the blocks in flight would read more heads' K and V than L2 holds at
+ * long sequences, so the heads go in sections whose K and V fit KILN_ATTN_LPT_L2_BYTES
+ * (kiln_abi.h), each section longest first (FlashAttention-3 orders its causal tiles so). dp: the
+ * padded head dim. Rung lpt measured it in the forward too, where it lost 2-3 % at D = 64,
+ * S = 2048 (docs/performance.md, "Rung lpt"). */
 struct tile_of_block {
   int tile, h, b;
 };
