@@ -62,6 +62,14 @@
 #   tree HEAD BASE   (done 2026-12-07, not taken) issue 8, rung tree (the softmax's row max and sum as trees): HEAD's attention
 #                    tests and memcheck, SDPA flash --quick, then kiln-bench attention --quick
 #                    --dtype all of BASE and HEAD interleaved (STOP_AT cuts; about 6 minutes)
+#   poly HEAD BASE OTHERS...  (done 2026-12-07, not taken) issue 8, rung poly (a share of the D = 64 forwards' exponentials on the
+#                    FMA pipe, KILN_ATTN_EXP_POLY): test_gpu_attention of HEAD and OTHERS, HEAD's
+#                    memchecks, SDPA flash at D = 64, causal D = 64 (S 2048, 8192) of BASE, OTHERS and
+#                    HEAD interleaved three times, then each without a mask once (STOP_AT cuts; ~9 min)
+#   lazy HEAD BASE   issue 8, rung lazy (conditional rescaling, KILN_ATTN_LAZY_RESCALE): HEAD's
+#                    attention tests, memchecks and synccheck, SDPA flash --quick, kiln-bench
+#                    attention --quick --dtype all of BASE and HEAD interleaved three times, then
+#                    causal D = 64 S = 2048 until STOP_AT (about 9 minutes)
 #   wideprof HEAD    (done 2026-12-07) issue 8: Nsight Compute stall samples per SASS line of the wide D = 64 forward
 #                    at S = 2048, f16, causal and not (2 min)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
@@ -931,6 +939,48 @@ tree)
     for b in "$B" "$H"; do
       more "quick $pass $b" && bench_run "quick-$pass" "$b" '^attention' attention --quick --dtype all \
         --peer "$L/sdpa.txt" | grep -v 'fwd+bwd'
+    done
+    pack
+  done
+  ;;
+poly)
+  H=$2 B=$3
+  shift 3
+  gpu_info
+  for b in "$@" "$H"; do more "tests $b" && gpu_test "$b/tests/test_gpu_attention" | sed "s|^|$(basename "$b")/|"; done
+  more "memcheck" && memchecks "$H/tests/test_gpu_attention" lengths_and_groups fully_masked_rows
+  pack
+  more sdpa && sdpa_peer --lengths 2048,8192 --head-dims 64
+  for pass in 1 2 3; do
+    for b in "$B" "$@" "$H"; do
+      more "causal $pass $b" && bench_run "causal-$pass" "$b" '^attention' attention --head-dim 64 --seq 2048 \
+        --seq 8192 --causal 1 --dtype all --peer "$L/sdpa.txt"
+    done
+    pack
+  done
+  for b in "$B" "$@" "$H"; do
+    more "plain $b" && bench_run plain "$b" '^attention' attention --head-dim 64 --seq 2048 --seq 8192 --causal 0 \
+      --dtype all --peer "$L/sdpa.txt"
+  done
+  pack
+  ;;
+lazy)
+  H=$2 B=$3
+  gpu_info
+  wide_checks "$H"
+  more "synccheck" && sanitize synccheck "$H/tests/test_gpu_attention" lengths_and_groups "$L/synccheck.log" 120
+  more sdpa && sdpa_peer
+  for pass in 1 2 3; do
+    for b in "$B" "$H"; do
+      more "quick $pass $b" && bench_run "quick-$pass" "$b" '^attention' attention --quick --dtype all \
+        --peer "$L/sdpa.txt"
+    done
+    pack
+  done
+  for pass in 4 5 6 7 8 9; do
+    for b in "$B" "$H"; do
+      more "c2048 $pass $b" && bench_run "c2048-$pass" "$b" '^attention B' attention --head-dim 64 --seq 2048 \
+        --causal 1 --dtype all --peer "$L/sdpa.txt"
     done
     pack
   done
