@@ -55,8 +55,12 @@ KILN_DEVICE float exp2_fast(float x) {
  * MASK: element e of fragment j is key key0 + 8 j + (e & 1) of row row0 + 8 (e >> 1) (key0, row0
  * include the lane's offsets), visible iff key < sk and (not causal or key <= row + shift);
  * an invisible score becomes -inf. A row with nothing visible yet uses 0 as its stand-in
- * maximum, so exp2(-inf - 0) = 0 and no NaN arises. */
-template <bool MASK, int NT>
+ * maximum, so exp2(-inf - 0) = 0 and no NaN arises.
+ * LAZY > 0 (FlashAttention-4's conditional rescaling): a row keeps its maximum m until a block's
+ * exceeds it by more than LAZY in log2 units, so P <= 2^LAZY (exact in 16 bits: the same relative
+ * rounding) and corr is exactly 1 for rows that keep it; the caller skips the rescale of O where
+ * every row of the warp kept its maximum (O, l and the LSE all refer to the kept one). */
+template <bool MASK, int NT, int LAZY = 0>
 KILN_DEVICE void softmax_step(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&corr)[2], float sl2, int key0,
                               int row0, int sk, int causal, int shift) {
   float mnew[2] = {m[0], m[1]};
@@ -75,9 +79,11 @@ KILN_DEVICE void softmax_step(float (&s)[NT][4], float (&m)[2], float (&l)[2], f
   for (int r = 0; r < 2; r++) {
     mnew[r] = fmaxf(mnew[r], __shfl_xor_sync(0xffffffffu, mnew[r], 1));
     mnew[r] = fmaxf(mnew[r], __shfl_xor_sync(0xffffffffu, mnew[r], 2));
-    mu[r] = mnew[r] == -INFINITY ? 0.f : mnew[r] * sl2;
-    corr[r] = exp2_fast(fmaf(m[r], sl2, -mu[r])); /* m = -inf -> 0, harmless: o and l are 0 */
-    m[r] = mnew[r];
+    const bool keep = LAZY > 0 && !((mnew[r] - m[r]) * sl2 > (float)LAZY); /* m = -inf: keeps only -inf */
+    const float mk = keep ? m[r] : mnew[r];
+    mu[r] = mk == -INFINITY ? 0.f : mk * sl2;
+    corr[r] = keep ? 1.f : exp2_fast(fmaf(m[r], sl2, -mu[r])); /* m = -inf -> 0, harmless: o and l are 0 */
+    m[r] = mk;
   }
 #pragma unroll
   for (int j = 0; j < NT; j++)

@@ -146,16 +146,17 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
     /* the softmax of block blk's scores (masked only where the block holds keys past Sk or right
      * of the tile's first row's diagonal); corr for O */
     float corr[2];
+    constexpr int LAZY = KILN_ATTN_LAZY_RESCALE;
     auto softmax = [&](int blk, auto width) {
       constexpr int W = decltype(width)::value;
       const int k0 = blk * BN;
       if (W < BN) /* a half block: on the diagonal or at Sk */
-        softmax_step<true>(*reinterpret_cast<float(*)[W / 8][4]>(sc), m, l, corr, sl2, k0 + (lane % 4) * 2, row0,
-                           p.sk, p.causal, shift);
+        softmax_step<true, W / 8, LAZY>(*reinterpret_cast<float(*)[W / 8][4]>(sc), m, l, corr, sl2,
+                                        k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
       else if (k0 + BN > p.sk || (p.causal && k0 + BN - 1 > first + shift))
-        softmax_step<true>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
+        softmax_step<true, BN / 8, LAZY>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
       else
-        softmax_step<false>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
+        softmax_step<false, BN / 8, LAZY>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
     };
     /* Turns (FlashAttention-3's ping-pong, and its ring for three warpgroups): the consumer
      * warpgroups issue their MMAs in turn, 0, 1, (2,) 0, ... (named barrier 2 + cw is warpgroup
@@ -195,7 +196,8 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
       softmax(blk, width);
       wgmma_wait<0>();
       if (t == 0) mbar_arrive(&empty[(blk - 1) % STAGES]); /* this warpgroup is done with slot blk - 1 */
-      rescale(o4, corr);
+      /* with LAZY, only where a row of the warp took a new maximum (warp-uniform) */
+      if (!LAZY || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) rescale(o4, corr);
       to_p(width);
     };
     auto last_step = [&](auto width) {

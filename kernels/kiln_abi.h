@@ -339,6 +339,14 @@ typedef struct kiln_attn_args {
 #ifndef KILN_ATTN_WD_PAD
 #define KILN_ATTN_WD_PAD 1
 #endif
+/* The sm_90a forwards keep a row's running maximum until a key block's exceeds it by more than
+ * KILN_ATTN_LAZY_RESCALE in log2 units (attention.cuh, softmax_step's LAZY: P <= 2^8), and skip
+ * the output's rescale in warps where no row took a new maximum; 0: a new maximum and a rescale
+ * every block. Rung lazy: forward 3-4 % faster at D = 64 causal S = 2048 (nine runs each on an
+ * H100), 6-7 % at S = 8192 (docs/performance.md, "Rungs poly and lazy"). */
+#ifndef KILN_ATTN_LAZY_RESCALE
+#define KILN_ATTN_LAZY_RESCALE 8
+#endif
 /* The K and V bytes that the causal sm_90a dQ kernel's longest-first order keeps in flight at
  * once (attention_sm90.cuh, block_tile_lpt): a third of the H100's / H200's 50 MB L2. 0: each
  * head's tiles longest first, head after head, as the forward runs them (rung lpt,

@@ -278,6 +278,23 @@ static void strided_views_scale_long(void **state) {
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
 }
 
+/* A large scale (a peaked softmax: scores of standard deviation ~11) over many key blocks, so
+ * that a row's maximum still grows after its first block: by more than 8 in log2 units in some
+ * rows and blocks (the sm_90a forwards rescale O there) and by less in others (they keep the old
+ * maximum, P up to 2^8). */
+static void large_scale(void **state) {
+  (void)state;
+  test_seed(27);
+  const acase cs[] = {
+      {1, 2, 1, 700, 1000, 64, TEST_F16, TEST_F16, 0, 0, 4.0f, 0},
+      {1, 2, 2, 1000, 1000, 64, TEST_BF16, TEST_F32, 1, 0, 4.0f, 0},
+      {1, 2, 1, 500, 900, 128, TEST_F16, TEST_F32, 1, 0, 3.0f, 0},
+      {1, 1, 1, 300, 700, 128, TEST_BF16, TEST_BF16, 0, 0, 3.0f, 0},
+  };
+  const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+}
+
 /* Causal with Sq > Sk: the first Sq - Sk query rows see no key, giving O = 0 and LSE = -inf
  * (checked by run_case through the reference) and no NaN anywhere. */
 static void fully_masked_rows(void **state) {
@@ -846,6 +863,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(head_dims_dtypes),
       cmocka_unit_test(lengths_and_groups),
       cmocka_unit_test(strided_views_scale_long),
+      cmocka_unit_test(large_scale),
       cmocka_unit_test(fully_masked_rows),
       cmocka_unit_test(decode),
       cmocka_unit_test(deterministic),
