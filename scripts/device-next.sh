@@ -66,10 +66,12 @@
 #                    FMA pipe, KILN_ATTN_EXP_POLY): test_gpu_attention of HEAD and OTHERS, HEAD's
 #                    memchecks, SDPA flash at D = 64, causal D = 64 (S 2048, 8192) of BASE, OTHERS and
 #                    HEAD interleaved three times, then each without a mask once (STOP_AT cuts; ~9 min)
-#   lazy HEAD BASE   issue 8, rung lazy (conditional rescaling, KILN_ATTN_LAZY_RESCALE): HEAD's
+#   lazy HEAD BASE   (done 2026-12-07, taken) issue 8, rung lazy (conditional rescaling, KILN_ATTN_LAZY_RESCALE): HEAD's
 #                    attention tests, memchecks and synccheck, SDPA flash --quick, kiln-bench
 #                    attention --quick --dtype all of BASE and HEAD interleaved three times, then
 #                    causal D = 64 S = 2048 until STOP_AT (about 9 minutes)
+#   lazychk HEAD     issue 8, rung lazy on main: racecheck, synccheck and memcheck of
+#                    test_gpu_attention's large_scale, the Python attention tests (about 3 minutes)
 #   wideprof HEAD    (done 2026-12-07) issue 8: Nsight Compute stall samples per SASS line of the wide D = 64 forward
 #                    at S = 2048, f16, causal and not (2 min)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
@@ -984,6 +986,16 @@ lazy)
     done
     pack
   done
+  ;;
+lazychk)
+  H=$2
+  gpu_info
+  more "racecheck" && sanitize racecheck "$H/tests/test_gpu_attention" large_scale "$L/racecheck.log" 150
+  more "synccheck" && sanitize synccheck "$H/tests/test_gpu_attention" large_scale "$L/synccheck.log" 120
+  more "memcheck" && memchecks "$H/tests/test_gpu_attention" large_scale
+  pack
+  more "pytest" && attn_pytest "$H"
+  pack
   ;;
 wideprof)
   # issue 8: where the wide D = 64 forward's cycles go at S = 2048 (B8 H32, f16; 192-row tiles
