@@ -281,6 +281,26 @@ wide_prof() { # wide_prof NAME BUILD CAUSAL: Nsight Compute of BUILD's wide D = 
     ncu_here "$1" kiln_attn_fwd_wide_f16_d64 3 1 "$2/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal "$3" \
     --head-dim 64 --algo wgmma --tile-m 192
 }
+d64_causal() { # d64_causal PASSES BUILD...: causal D = 64 (S 2048, 8192, f16 and bf16) of the BUILDs interleaved
+  # PASSES times, beside SDPA's times in $L/sdpa.txt
+  local passes=$1 pass b
+  shift
+  for pass in $(seq 1 "$passes"); do
+    for b in "$@"; do
+      more "causal $pass $b" && bench_run "causal-$pass" "$b" '^attention' attention --head-dim 64 --seq 2048 \
+        --seq 8192 --causal 1 --dtype all --peer "$L/sdpa.txt"
+    done
+    pack
+  done
+}
+d64_plain() { # d64_plain BUILD...: d64_causal's shapes without a mask, once each
+  local b
+  for b in "$@"; do
+    more "plain $b" && bench_run plain "$b" '^attention' attention --head-dim 64 --seq 2048 --seq 8192 --causal 0 \
+      --dtype all --peer "$L/sdpa.txt"
+  done
+  pack
+}
 case $mode in
 land)
   # before landing a GEMM epilogue change: every GPU test program of HEAD but the soak (and those
@@ -900,18 +920,8 @@ half)
   gpu_info
   wide_checks "$H"
   more sdpa && sdpa_peer --lengths 2048,8192 --head-dims 64
-  for pass in 1 2 3; do
-    for b in "$B" "$@" "$H"; do
-      more "causal $pass $b" && bench_run "causal-$pass" "$b" '^attention' attention --head-dim 64 --seq 2048 \
-        --seq 8192 --causal 1 --dtype all --peer "$L/sdpa.txt"
-    done
-    pack
-  done
-  for b in "$B" "$H"; do
-    more "plain $b" && bench_run plain "$b" '^attention' attention --head-dim 64 --seq 2048 --seq 8192 --causal 0 \
-      --dtype all --peer "$L/sdpa.txt"
-  done
-  pack
+  d64_causal 3 "$B" "$@" "$H"
+  d64_plain "$B" "$H"
   for b in "$B" "$H"; do
     more "prof $b" && NCU_TIMEOUT=90 wide_prof "wide2048c1-$(basename "$b")" "$b" 1
   done
@@ -953,18 +963,8 @@ poly)
   more "memcheck" && memchecks "$H/tests/test_gpu_attention" lengths_and_groups fully_masked_rows
   pack
   more sdpa && sdpa_peer --lengths 2048,8192 --head-dims 64
-  for pass in 1 2 3; do
-    for b in "$B" "$@" "$H"; do
-      more "causal $pass $b" && bench_run "causal-$pass" "$b" '^attention' attention --head-dim 64 --seq 2048 \
-        --seq 8192 --causal 1 --dtype all --peer "$L/sdpa.txt"
-    done
-    pack
-  done
-  for b in "$B" "$@" "$H"; do
-    more "plain $b" && bench_run plain "$b" '^attention' attention --head-dim 64 --seq 2048 --seq 8192 --causal 0 \
-      --dtype all --peer "$L/sdpa.txt"
-  done
-  pack
+  d64_causal 3 "$B" "$@" "$H"
+  d64_plain "$B" "$@" "$H"
   ;;
 lazy)
   H=$2 B=$3

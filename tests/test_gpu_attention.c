@@ -217,11 +217,13 @@ static int run_case(const acase *c) {
   return failures;
 }
 
-static int run_cases(const acase *cs, int n) {
+/* Runs the n cases; the test fails, saying how many of them did (each is listed as it fails). */
+static void check_cases(const acase *cs, int n) {
   int failures = 0;
   for (int i = 0; i < n; i++) failures += run_case(&cs[i]);
-  return failures;
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
 }
+#define CHECK_CASE_ARRAY(cs) check_cases(cs, (int)(sizeof cs / sizeof cs[0]))
 
 /* ---------------------------------------------------------------------------------------- */
 /* Tests                                                                                     */
@@ -241,8 +243,7 @@ static void head_dims_dtypes(void **state) {
           const DLDataType in = t ? TEST_BF16 : TEST_F16;
           cs[n++] = (acase){1, 2, 2, 100 + 27 * di, 100 + 27 * di, dims[di], in, of ? TEST_F32 : in, causal, 0, 0, 0};
         }
-  const int failures = run_cases(cs, n);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  check_cases(cs, n);
 }
 
 /* Sequence lengths 1, 17, 255 and unequal Sq, Sk (bottom-right causal), with GQA and MQA. */
@@ -259,8 +260,7 @@ static void lengths_and_groups(void **state) {
           const DLDataType in = (a + b + g) % 2 ? TEST_BF16 : TEST_F16;
           cs[n++] = (acase){2, 4, g ? 1 : 2, lens[a], lens[b], 64, in, in, causal, 0, 0, 0};
         }
-  const int failures = run_cases(cs, n);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  check_cases(cs, n);
 }
 
 /* [B, S, H, D] buffers passed as their [B, H, S, D] views, a custom scale, and a longer
@@ -274,8 +274,7 @@ static void strided_views_scale_long(void **state) {
       {1, 2, 1, 1000, 1000, 64, TEST_F16, TEST_F32, 1, 0, 0, 0},
       {1, 2, 2, 700, 1100, 128, TEST_BF16, TEST_BF16, 0, 1, 0, 0},
   };
-  const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  CHECK_CASE_ARRAY(cs);
 }
 
 /* A large scale (a peaked softmax: scores of standard deviation ~11) over many key blocks, so
@@ -291,8 +290,7 @@ static void large_scale(void **state) {
       {1, 2, 1, 500, 900, 128, TEST_F16, TEST_F32, 1, 0, 3.0f, 0},
       {1, 1, 1, 300, 700, 128, TEST_BF16, TEST_BF16, 0, 0, 3.0f, 0},
   };
-  const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  CHECK_CASE_ARRAY(cs);
 }
 
 /* Causal with Sq > Sk: the first Sq - Sk query rows see no key, giving O = 0 and LSE = -inf
@@ -304,8 +302,7 @@ static void fully_masked_rows(void **state) {
       {1, 2, 1, 90, 20, 64, TEST_F16, TEST_F16, 1, 0, 0, 0},
       {1, 1, 1, 200, 3, 128, TEST_BF16, TEST_F32, 1, 0, 0, 0},
   };
-  const int n = (int)(sizeof cs / sizeof cs[0]), failures = run_cases(cs, n);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  CHECK_CASE_ARRAY(cs);
 }
 
 /* The same call gives the same bits every time, and an algo gives the bits of the kernel it
@@ -696,14 +693,15 @@ static int run_bwd_case_tile(const bcase *bc, kiln_attention_algo algo, int tile
  * sm_90a dK/dV kernel splits its products between its two consumer warpgroups (P through shared
  * memory): the cases there have several query blocks of 64 per key block (its two exchange
  * buffers reused), causal diagonals, Sq > Sk, GQA and gradient subsets. */
-static int run_bwd_cases(const bcase *cs, int n) {
+/* check_cases for the backward */
+static void check_bwd_cases(const bcase *cs, int n) {
   int failures = 0;
   for (int i = 0; i < n; i++) {
     failures += !run_bwd_case_tile(&cs[i], KILN_ATTENTION_FLASH_MMA_SYNC, 0);
     if (g_wgmma) failures += !run_bwd_case_tile(&cs[i], KILN_ATTENTION_FLASH_WGMMA, 0);
     if (g_wgmma && cs[i].a.D <= 64) failures += !run_bwd_case_tile(&cs[i], KILN_ATTENTION_FLASH_WGMMA, 192);
   }
-  return failures;
+  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
 }
 
 /* Every padded head dim and ones that pad, both dtypes, causal and not, gradients in the
@@ -723,8 +721,7 @@ static void backward_head_dims(void **state) {
                           (di + causal) % 2 ? TEST_F32 : in,
                           7};
       }
-  const int failures = run_bwd_cases(cs, n);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  check_bwd_cases(cs, n);
 }
 
 /* Lengths 1, 17, 255 and Sq != Sk (bottom-right causal, fully masked rows when Sq > Sk), GQA and
@@ -750,8 +747,7 @@ static void backward_shapes(void **state) {
   cs[n++] = (bcase){{2, 4, 2, 300, 260, 200, TEST_F16, TEST_F16, 0, 0, 0, 0}, TEST_F16, TEST_F16, 7};
   cs[n++] = (bcase){{1, 4, 1, 200, 330, 256, TEST_BF16, TEST_BF16, 1, 0, 0.05f, 0}, TEST_F32, TEST_BF16, 3};
   cs[n++] = (bcase){{1, 2, 1, 1000, 1000, 64, TEST_F16, TEST_F16, 1, 0, 0, 0}, TEST_F16, TEST_F32, 7};
-  const int failures = run_bwd_cases(cs, n);
-  if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
+  check_bwd_cases(cs, n);
 }
 
 /* The CUDA-core backward (FLASH): the forward's cases with dO and gradients in other dtypes and
