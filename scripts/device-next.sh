@@ -70,8 +70,8 @@
 #                    attention tests, memchecks and synccheck, SDPA flash --quick, kiln-bench
 #                    attention --quick --dtype all of BASE and HEAD interleaved three times, then
 #                    causal D = 64 S = 2048 until STOP_AT (about 9 minutes)
-#   lazychk HEAD     issue 8, rung lazy on main: racecheck, synccheck and memcheck of
-#                    test_gpu_attention's large_scale, the Python attention tests (about 3 minutes)
+#   lazychk HEAD     issue 8, rung lazy on main: test_gpu_attention, racecheck, synccheck and memcheck
+#                    of its large_scale, the Python attention tests (about 4 minutes)
 #   wideprof HEAD    (done 2026-12-07) issue 8: Nsight Compute stall samples per SASS line of the wide D = 64 forward
 #                    at S = 2048, f16, causal and not (2 min)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
@@ -990,6 +990,7 @@ lazy)
 lazychk)
   H=$2
   gpu_info
+  more "tests" && gpu_test "$H/tests/test_gpu_attention"
   more "racecheck" && sanitize racecheck "$H/tests/test_gpu_attention" large_scale "$L/racecheck.log" 150
   more "synccheck" && sanitize synccheck "$H/tests/test_gpu_attention" large_scale "$L/synccheck.log" 120
   more "memcheck" && memchecks "$H/tests/test_gpu_attention" large_scale
