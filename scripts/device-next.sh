@@ -72,6 +72,8 @@
 #                    causal D = 64 S = 2048 until STOP_AT (about 9 minutes)
 #   lazychk HEAD     issue 8, rung lazy on main: test_gpu_attention, racecheck, synccheck and memcheck
 #                    of its large_scale, the Python attention tests (about 4 minutes)
+#   attnclocks HEAD  issue 8: the D = 64 causal S = 2048 forward of kiln and of SDPA flash, f16 and bf16 in
+#                    turn, with the SM clock and power sampled (about 3 minutes)
 #   wideprof HEAD    (done 2026-12-07) issue 8: Nsight Compute stall samples per SASS line of the wide D = 64 forward
 #                    at S = 2048, f16, causal and not (2 min)
 #   cpaprof HEAD     issue 3: Nsight Compute warp states and per-SASS-line stall samples of the
@@ -280,6 +282,22 @@ wide_prof() { # wide_prof NAME BUILD CAUSAL: Nsight Compute of BUILD's wide D = 
     NCU_SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SourceCounters --section InstructionStats --section SchedulerStats" \
     ncu_here "$1" kiln_attn_fwd_wide_f16_d64 3 1 "$2/tools/kiln-bench" attention --seq 2048 --dtype f16 --causal "$3" \
     --head-dim 64 --algo wgmma --tile-m 192
+}
+clocked() { # clocked NAME CMD...: CMD (timeout 90 s, output $L/NAME.txt) with the SM clock, memory clock, power and
+  # temperature sampled every 50 ms into $L/clocks-NAME.csv, the clock event reasons right after into
+  # $L/performance-NAME.txt; prints the SM MHz and the W min / median / max
+  local n=$1 smi
+  shift
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader -lms 50 \
+    >"$L/clocks-$n.csv" 2>&1 &
+  smi=$!
+  timeout 90 "$@" >"$L/$n.txt" 2>&1
+  kill $smi 2>/dev/null
+  wait $smi 2>/dev/null
+  nvidia-smi -q -d PERFORMANCE >"$L/performance-$n.txt" 2>&1
+  echo "SM MHz min/median/max $(cut -d, -f2 "$L/clocks-$n.csv" | tr -dc '0-9\n' | sort -n |
+    awk '{a[NR]=$1} END {print a[1], a[int(NR/2)+1], a[NR]}'); W $(cut -d, -f4 "$L/clocks-$n.csv" | tr -dc '0-9.\n' |
+    sort -n | awk '{a[NR]=$1} END {print a[1], a[int(NR/2)+1], a[NR]}')"
 }
 d64_causal() { # d64_causal PASSES BUILD...: causal D = 64 (S 2048, 8192, f16 and bf16) of the BUILDs interleaved
   # PASSES times, beside SDPA's times in $L/sdpa.txt
@@ -998,6 +1016,24 @@ lazychk)
   more "pytest" && attn_pytest "$H"
   pack
   ;;
+attnclocks)
+  # issue 8: kiln's D = 64 causal S = 2048 forward runs slower in f16 than in bf16 (H100: 363 / 351
+  # µs with rung lazy) where SDPA flash runs f16 faster (536 / 544 µs). Whether the card's clocks
+  # or power limit differ between the dtypes: kiln and SDPA at f16 and bf16 in turn, each with
+  # the SM clock and power sampled (clocked), twice (about 3 minutes).
+  H=$2
+  gpu_info
+  for pass in 1 2; do
+    for dt in f16 bf16; do
+      more "kiln $dt $pass" && echo "kiln $dt $pass: $(clocked "kiln-$dt-$pass" "$H/tools/kiln-bench" attention \
+        --head-dim 64 --seq 2048 --causal 1 --dtype "$dt" --reps 200) $(grep -E '^attention B' "$L/kiln-$dt-$pass.txt" |
+        awk '{print $6}' | tr '\n' ' ')"
+      more "sdpa $dt $pass" && echo "sdpa $dt $pass: $(clocked "sdpa-$dt-$pass" python3 scripts/bench_sdpa.py \
+        --lengths 2048 --head-dims 64 --dtype "$dt") $(grep -vE '^#' "$L/sdpa-$dt-$pass.txt" | head -2 | tr '\n' ' ')"
+    done
+    pack
+  done
+  ;;
 wideprof)
   # issue 8: where the wide D = 64 forward's cycles go at S = 2048 (B8 H32, f16; 192-row tiles
   # forced with --tile-m 192), causal and not: Nsight Compute warp states, pipe use and stall
@@ -1116,15 +1152,8 @@ int8after)
   for s in 4096x4096x4096 8192x8192x8192; do
     for p in "" "--paired"; do
       n=$s${p:+-paired}
-      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader -lms 50 \
-        >"$L/clocks-$n.csv" 2>&1 &
-      smi=$!
-      timeout 90 "$H/tools/kiln-bench" int8 --shape "$s" --algo wgmma $p --reps 60 >"$L/int8-$n.txt" 2>&1
-      kill $smi 2>/dev/null
-      wait $smi 2>/dev/null
-      nvidia-smi -q -d PERFORMANCE >"$L/performance-$n.txt" 2>&1 # the clock event reasons, right after
-      echo "int8 $n: $(grep -E '^int8 ' "$L/int8-$n.txt" | awk '{print $5, $7, $9, $NF}'); SM MHz min/median/max" \
-        "$(cut -d, -f2 "$L/clocks-$n.csv" | tr -dc '0-9\n' | sort -n | awk '{a[NR]=$1} END {print a[1], a[int(NR/2)+1], a[NR]}')"
+      c=$(clocked "int8-$n" "$H/tools/kiln-bench" int8 --shape "$s" --algo wgmma $p --reps 60)
+      echo "int8 $n: $(grep -E '^int8 ' "$L/int8-$n.txt" | awk '{print $5, $7, $9, $NF}'); $c"
     done
   done
   pack
