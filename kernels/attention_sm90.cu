@@ -143,20 +143,18 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 #pragma unroll
       for (int kk = 0; kk < decltype(width)::value / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
     };
-    /* the softmax of block blk's scores (masked only where the block holds keys past Sk or right
-     * of the tile's first row's diagonal); corr for O */
+    /* the softmax of block blk's first W scores (masked only where the block holds keys past Sk or
+     * right of the tile's first row's diagonal: always a half block's); corr for O */
     float corr[2];
     constexpr int LAZY = KILN_ATTN_LAZY_RESCALE;
     auto softmax = [&](int blk, auto width) {
       constexpr int W = decltype(width)::value;
+      auto &sw = *reinterpret_cast<float(*)[W / 8][4]>(sc);
       const int k0 = blk * BN;
-      if (W < BN) /* a half block: on the diagonal or at Sk */
-        softmax_step<true, W / 8, LAZY>(*reinterpret_cast<float(*)[W / 8][4]>(sc), m, l, corr, sl2,
-                                        k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
-      else if (k0 + BN > p.sk || (p.causal && k0 + BN - 1 > first + shift))
-        softmax_step<true, BN / 8, LAZY>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
+      if (W < BN || k0 + BN > p.sk || (p.causal && k0 + BN - 1 > first + shift))
+        softmax_step<true, W / 8, LAZY>(sw, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
       else
-        softmax_step<false, BN / 8, LAZY>(s4, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
+        softmax_step<false, W / 8, LAZY>(sw, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
     };
     /* Turns (FlashAttention-3's ping-pong, and its ring for three warpgroups): the consumer
      * warpgroups issue their MMAs in turn, 0, 1, (2,) 0, ... (named barrier 2 + cw is warpgroup
