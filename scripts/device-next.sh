@@ -299,17 +299,23 @@ clocked() { # clocked NAME CMD...: CMD (timeout 90 s, output $L/NAME.txt) with t
     awk '{a[NR]=$1} END {print a[1], a[int(NR/2)+1], a[NR]}'); W $(cut -d, -f4 "$L/clocks-$n.csv" | tr -dc '0-9.\n' |
     sort -n | awk '{a[NR]=$1} END {print a[1], a[int(NR/2)+1], a[NR]}')"
 }
-d64_causal() { # d64_causal PASSES BUILD...: causal D = 64 (S 2048, 8192, f16 and bf16) of the BUILDs interleaved
-  # PASSES times, beside SDPA's times in $L/sdpa.txt
-  local passes=$1 pass b
-  shift
-  for pass in $(seq 1 "$passes"); do
-    for b in "$@"; do
-      more "causal $pass $b" && bench_run "causal-$pass" "$b" '^attention' attention --head-dim 64 --seq 2048 \
-        --seq 8192 --causal 1 --dtype all --peer "$L/sdpa.txt"
+interleaved() { # interleaved TAG FIRST LAST PATTERN "BUILD..." ARGS...: passes FIRST..LAST of each BUILD's
+  # kiln-bench ARGS, the builds in turn within a pass (bench_run TAG-PASS, rows matching PATTERN), packed after each
+  local tag=$1 first=$2 last=$3 pat=$4 builds=$5 pass b
+  shift 5
+  for pass in $(seq "$first" "$last"); do
+    for b in $builds; do
+      more "$tag $pass $b" && bench_run "$tag-$pass" "$b" "$pat" "$@"
     done
     pack
   done
+}
+d64_causal() { # d64_causal PASSES BUILD...: causal D = 64 (S 2048, 8192, f16 and bf16) of the BUILDs interleaved
+  # PASSES times, beside SDPA's times in $L/sdpa.txt
+  local passes=$1
+  shift
+  interleaved causal 1 "$passes" '^attention' "$*" attention --head-dim 64 --seq 2048 --seq 8192 --causal 1 \
+    --dtype all --peer "$L/sdpa.txt"
 }
 d64_plain() { # d64_plain BUILD...: d64_causal's shapes without a mask, once each
   local b
@@ -950,13 +956,7 @@ halfmore)
   shift 3
   gpu_info
   wide_checks "$H"
-  for pass in 1 2 3 4 5 6; do
-    for b in "$B" "$@" "$H"; do
-      more "c2048 $pass $b" && bench_run "c2048-$pass" "$b" '^attention B' attention --head-dim 64 --seq 2048 \
-        --causal 1 --dtype all
-    done
-    pack
-  done
+  interleaved c2048 1 6 '^attention B' "$B $* $H" attention --head-dim 64 --seq 2048 --causal 1 --dtype all
   ;;
 tree)
   H=$2 B=$3
@@ -965,13 +965,7 @@ tree)
   more "memcheck" && memchecks "$H/tests/test_gpu_attention" lengths_and_groups
   pack
   more sdpa && sdpa_peer
-  for pass in 1 2 3; do
-    for b in "$B" "$H"; do
-      more "quick $pass $b" && bench_run "quick-$pass" "$b" '^attention' attention --quick --dtype all \
-        --peer "$L/sdpa.txt" | grep -v 'fwd+bwd'
-    done
-    pack
-  done
+  interleaved quick 1 3 '^attention' "$B $H" attention --quick --dtype all --peer "$L/sdpa.txt" | grep -v 'fwd+bwd'
   ;;
 poly)
   H=$2 B=$3
@@ -990,20 +984,9 @@ lazy)
   wide_checks "$H"
   more "synccheck" && sanitize synccheck "$H/tests/test_gpu_attention" lengths_and_groups "$L/synccheck.log" 120
   more sdpa && sdpa_peer
-  for pass in 1 2 3; do
-    for b in "$B" "$H"; do
-      more "quick $pass $b" && bench_run "quick-$pass" "$b" '^attention' attention --quick --dtype all \
-        --peer "$L/sdpa.txt"
-    done
-    pack
-  done
-  for pass in 4 5 6 7 8 9; do
-    for b in "$B" "$H"; do
-      more "c2048 $pass $b" && bench_run "c2048-$pass" "$b" '^attention B' attention --head-dim 64 --seq 2048 \
-        --causal 1 --dtype all --peer "$L/sdpa.txt"
-    done
-    pack
-  done
+  interleaved quick 1 3 '^attention' "$B $H" attention --quick --dtype all --peer "$L/sdpa.txt"
+  interleaved c2048 4 9 '^attention B' "$B $H" attention --head-dim 64 --seq 2048 --causal 1 --dtype all \
+    --peer "$L/sdpa.txt"
   ;;
 lazychk)
   H=$2
