@@ -280,7 +280,9 @@ static void strided_views_scale_long(void **state) {
 /* A large scale (a peaked softmax: scores of standard deviation ~11) over many key blocks, so
  * that a row's maximum still grows after its first block: by more than 8 in log2 units in some
  * rows and blocks (the sm_90a forwards rescale O there) and by less in others (they keep the old
- * maximum, P up to 2^8). */
+ * maximum, P up to 2^8). Scales 40-50 make some rows' maxima grow by 128 or more (log2 units)
+ * after their first block, where P taken with the old maximum overflows f32 (rung fast-keep then
+ * computes S again; scripts/attn-softmax-model.py counts 190 and 133 such row-blocks). */
 static void large_scale(void **state) {
   (void)state;
   test_seed(27);
@@ -289,6 +291,8 @@ static void large_scale(void **state) {
       {1, 2, 2, 1000, 1000, 64, TEST_BF16, TEST_F32, 1, 0, 4.0f, 0},
       {1, 2, 1, 500, 900, 128, TEST_F16, TEST_F32, 1, 0, 3.0f, 0},
       {1, 1, 1, 300, 700, 128, TEST_BF16, TEST_BF16, 0, 0, 3.0f, 0},
+      {1, 1, 1, 300, 1000, 64, TEST_F16, TEST_F32, 0, 0, 50.0f, 0},
+      {1, 1, 1, 200, 900, 128, TEST_BF16, TEST_F32, 1, 0, 40.0f, 0},
   };
   CHECK_CASE_ARRAY(cs);
 }
