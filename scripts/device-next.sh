@@ -72,6 +72,14 @@
 #                    causal D = 64 S = 2048 until STOP_AT (about 9 minutes)
 #   lazychk HEAD     issue 8, rung lazy on main: test_gpu_attention, racecheck, synccheck and memcheck
 #                    of its large_scale, the Python attention tests (about 4 minutes)
+#   sumkeep BASE RUNG...  issue 8, rungs rowsum-mma (row sums of P on the tensor cores,
+#                    KILN_ATTN_MMA_ROWSUM) and fast-keep (P before the block maximum,
+#                    KILN_ATTN_FAST_KEEP), each an sm_90a build: HGMMA count per forward kernel,
+#                    each RUNG's test_gpu_attention, SDPA flash --quick, kiln-bench attention
+#                    --quick --dtype all of BASE and the RUNGs interleaved twice, causal D = 64
+#                    S = 2048 three more times, then each RUNG's memchecks, racecheck and
+#                    synccheck of large_scale and the Python attention tests (STOP_AT cuts;
+#                    about 9 minutes for two rungs)
 #   attnclocks HEAD  issue 8: the D = 64 causal S = 2048 forward of kiln and of SDPA flash, f16 and bf16 in
 #                    turn, with the SM clock and power sampled (about 3 minutes)
 #   wideprof HEAD    (done 2026-12-07) issue 8: Nsight Compute stall samples per SASS line of the wide D = 64 forward
@@ -997,6 +1005,38 @@ lazychk)
   more "memcheck" && memchecks "$H/tests/test_gpu_attention" large_scale
   pack
   more "pytest" && attn_pytest "$H"
+  pack
+  ;;
+sumkeep)
+  # the decision first (tests, then times), the checks after it
+  B=$2
+  shift 2
+  gpu_info
+  for b in "$B" "$@"; do
+    echo "$(basename "$b") HGMMA per forward kernel: $(cuobjdump -sass "$b/kernels/attention_sm90.fatbin" |
+      awk '/Function : kiln_attn_fwd/ {f=$3} /HGMMA/ {n[f]++} END {for (k in n) printf "%s %d, ", k, n[k]}')"
+  done
+  for b in "$@"; do
+    more "tests $b" && echo "$(basename "$b"): $(gpu_test "$b/tests/test_gpu_attention")" &&
+      mv "$L/test_gpu_attention.log" "$L/tests-$(basename "$b").log"
+  done
+  pack
+  more sdpa && sdpa_peer
+  interleaved quick 1 2 '^attention' "$B $*" attention --quick --dtype all --peer "$L/sdpa.txt"
+  interleaved c2048 3 5 '^attention B' "$B $*" attention --head-dim 64 --seq 2048 --causal 1 --dtype all \
+    --peer "$L/sdpa.txt"
+  for b in "$@"; do
+    n=$(basename "$b")
+    echo "== $n"
+    more "memcheck $n" && memchecks "$b/tests/test_gpu_attention" lengths_and_groups large_scale
+    for f in "$L"/memcheck-test_gpu_attention-*.log; do [ -f "$f" ] && mv "$f" "${f/test_gpu_attention/$n}"; done
+    more "racecheck $n" && sanitize racecheck "$b/tests/test_gpu_attention" large_scale "$L/racecheck-$n.log" 150
+    more "synccheck $n" && sanitize synccheck "$b/tests/test_gpu_attention" large_scale "$L/synccheck-$n.log" 120
+    pack
+  done
+  for b in "$@"; do
+    more "pytest $b" && echo "$(basename "$b"): $(attn_pytest "$b")" && mv "$L/pytest.log" "$L/pytest-$(basename "$b").log"
+  done
   pack
   ;;
 attnclocks)
