@@ -75,7 +75,7 @@
 #   sumkeep BASE RUNG...  issue 8, rungs rowsum-mma (row sums of P on the tensor cores,
 #                    KILN_ATTN_MMA_ROWSUM) and fast-keep (P before the block maximum,
 #                    KILN_ATTN_FAST_KEEP), each an sm_90a build: HGMMA count per forward kernel,
-#                    each RUNG's test_gpu_attention, SDPA flash --quick, kiln-bench attention
+#                    BASE's large_scale test, each RUNG's test_gpu_attention, SDPA flash --quick, kiln-bench attention
 #                    --quick --dtype all of BASE and the RUNGs interleaved twice, causal D = 64
 #                    S = 2048 three more times, then each RUNG's memchecks, racecheck and
 #                    synccheck of large_scale and the Python attention tests (STOP_AT cuts;
@@ -1016,6 +1016,9 @@ sumkeep)
     echo "$(basename "$b") HGMMA per forward kernel: $(cuobjdump -sass "$b/kernels/attention_sm90.fatbin" |
       awk '/Function : kiln_attn_fwd/ {f=$3} /HGMMA/ {n[f]++} END {for (k in n) printf "%s %d, ", k, n[k]}')"
   done
+  # BASE's large_scale too: its scale 40-50 cases are new (2026-12-07) and ran on no GPU yet
+  more "tests $B" && echo "$(basename "$B") large_scale: $(gpu_test "$B/tests/test_gpu_attention" --filter large_scale)" &&
+    mv "$L/test_gpu_attention.log" "$L/tests-$(basename "$B").log"
   for b in "$@"; do
     more "tests $b" && echo "$(basename "$b"): $(gpu_test "$b/tests/test_gpu_attention")" &&
       mv "$L/test_gpu_attention.log" "$L/tests-$(basename "$b").log"
