@@ -46,6 +46,13 @@ KILN_DEVICE float exp2_fast(float x) {
   return y;
 }
 
+/* The largest of v over the 4 lanes that share a row of an m16 accumulator tile (every lane must
+ * call). */
+KILN_DEVICE float row_max4(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
 /* One key block's online-softmax step for a warp's m16 row tile (FlashAttention-2), shared by
  * the sm_80 and sm_90a forwards. s: the block's raw scores Q·Kᵀ as NT n8 accumulator fragments,
  * replaced by P = exp2(s·sl2 - m'·sl2) (sl2 = scale·log2 e > 0); m: the two rows' running
@@ -79,8 +86,7 @@ KILN_DEVICE void softmax_step(float (&s)[NT][4], float (&m)[2], float (&l)[2], f
   float mu[2], rsum[2] = {0.f, 0.f};
 #pragma unroll
   for (int r = 0; r < 2; r++) {
-    mnew[r] = fmaxf(mnew[r], __shfl_xor_sync(0xffffffffu, mnew[r], 1));
-    mnew[r] = fmaxf(mnew[r], __shfl_xor_sync(0xffffffffu, mnew[r], 2));
+    mnew[r] = row_max4(mnew[r]);
     const bool keep = LAZY > 0 && !((mnew[r] - m[r]) * sl2 > (float)LAZY); /* m = -inf: keeps only -inf */
     const float mk = keep ? m[r] : mnew[r];
     mu[r] = mk == -INFINITY ? 0.f : mk * sl2;

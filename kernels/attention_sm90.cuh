@@ -230,8 +230,7 @@ KILN_DEVICE bool softmax_kept(float (&s)[NT][4], float (&m)[2], float (&l)[2], f
       for (int e = 0; e < 4; e++) pm[e >> 1] = fmaxf(pm[e >> 1], s[j][e]);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-      pm[r] = fmaxf(pm[r], __shfl_xor_sync(0xffffffffu, pm[r], 1));
-      pm[r] = fmaxf(pm[r], __shfl_xor_sync(0xffffffffu, pm[r], 2));
+      pm[r] = row_max4(pm[r]);
       lost |= pm[r] == INFINITY;
       if (pm[r] > (float)(1ull << LAZY)) {
         corr[r] = __fdividef(1.f, pm[r]);

@@ -696,8 +696,8 @@ static int run_bwd_case_tile(const bcase *bc, kiln_attention_algo algo, int tile
  * wide dQ kernel too (tile_m 192; tile_m 0 picks it only from 2048 query rows). At D = 256 the
  * sm_90a dK/dV kernel splits its products between its two consumer warpgroups (P through shared
  * memory): the cases there have several query blocks of 64 per key block (its two exchange
- * buffers reused), causal diagonals, Sq > Sk, GQA and gradient subsets. */
-/* check_cases for the backward */
+ * buffers reused), causal diagonals, Sq > Sk, GQA and gradient subsets. The test fails, as
+ * check_cases does, saying how many cases did. */
 static void check_bwd_cases(const bcase *cs, int n) {
   int failures = 0;
   for (int i = 0; i < n; i++) {
