@@ -80,6 +80,9 @@
 #                    S = 2048 three more times, then each RUNG's memchecks, racecheck and
 #                    synccheck of large_scale and the Python attention tests (STOP_AT cuts;
 #                    about 9 minutes for two rungs)
+#   rsfocus BASE RUNG  issue 8, rung rowsum-mma decided: causal D = 64 S = 2048 of BASE and RUNG in
+#                    alternating order eight times with SDPA flash between, causal D = 128 S = 8192
+#                    four times, then BASE's clocks at f16 / bf16 and lazychk's checks (~9 minutes)
 #   attnclocks HEAD  issue 8: the D = 64 causal S = 2048 forward of kiln and of SDPA flash, f16 and bf16 in
 #                    turn, with the SM clock and power sampled (about 3 minutes)
 #   wideprof HEAD    (done 2026-12-07) issue 8: Nsight Compute stall samples per SASS line of the wide D = 64 forward
@@ -1040,6 +1043,48 @@ sumkeep)
   for b in "$@"; do
     more "pytest $b" && echo "$(basename "$b"): $(attn_pytest "$b")" && mv "$L/pytest.log" "$L/pytest-$(basename "$b").log"
   done
+  pack
+  ;;
+rsfocus)
+  # issue 8, rung rowsum-mma decided: sumkeep's two passes left the D = 64 causal S = 2048 f16 gain
+  # (2 %) inside the run-to-run spread and hinted at a loss at D = 128 causal S = 8192. BASE and RUNG
+  # in alternating order (odd passes BASE first), SDPA flash's D = 64 S = 2048 causal between
+  # passes, then BASE's attnclocks and lazychk (STOP_AT cuts; about 9 minutes)
+  B=$2
+  R=$3
+  gpu_info
+  more sdpa && sdpa_peer
+  for pass in 1 2 3 4 5 6 7 8; do
+    order="$B $R"
+    [ $((pass % 2)) -eq 0 ] && order="$R $B"
+    for b in $order; do
+      more "c64 $pass $b" && bench_run "c64-$pass" "$b" '^attention B' attention --head-dim 64 --seq 2048 --causal 1 \
+        --dtype all --peer "$L/sdpa.txt"
+    done
+    more "sdpa $pass" && echo "sdpa/$pass $(timeout 60 python3 scripts/bench_sdpa.py --lengths 2048 --head-dims 64 \
+      --dtype all 2>&1 | grep -vE '^#' | awk '$3 == 1' | tr '\n' ' ')"
+    pack
+  done
+  for pass in 1 2 3 4; do
+    order="$B $R"
+    [ $((pass % 2)) -eq 0 ] && order="$R $B"
+    for b in $order; do
+      more "c128 $pass $b" && bench_run "c128-$pass" "$b" '^attention B' attention --head-dim 128 --seq 8192 \
+        --causal 1 --dtype all --peer "$L/sdpa.txt"
+    done
+    pack
+  done
+  for dt in f16 bf16; do
+    more "clocks $dt" && echo "kiln $dt: $(clocked "kiln-$dt" "$B/tools/kiln-bench" attention --head-dim 64 --seq 2048 \
+      --causal 1 --dtype "$dt" --reps 200) $(grep -E '^attention B' "$L/kiln-$dt.txt" | awk '{print $6}' | tr '\n' ' ')"
+  done
+  pack
+  more "tests" && gpu_test "$B/tests/test_gpu_attention"
+  more "racecheck" && sanitize racecheck "$B/tests/test_gpu_attention" large_scale "$L/racecheck.log" 150
+  more "synccheck" && sanitize synccheck "$B/tests/test_gpu_attention" large_scale "$L/synccheck.log" 120
+  more "memcheck" && memchecks "$B/tests/test_gpu_attention" large_scale
+  pack
+  more "pytest" && attn_pytest "$B"
   pack
   ;;
 attnclocks)
