@@ -66,10 +66,8 @@ KILN_DEVICE float row_max4(float v) {
  * LAZY > 0 (FlashAttention-4's conditional rescaling): a row keeps its maximum m until a block's
  * exceeds it by more than LAZY in log2 units, so P <= 2^LAZY (exact in 16 bits: the same relative
  * rounding) and corr is exactly 1 for rows that keep it; the caller skips the rescale of O where
- * every row of the warp kept its maximum (O, l and the LSE all refer to the kept one).
- * SUM = false leaves l alone: the sm_90a forward sums P on the tensor cores (P times a column of
- * ones, beside P·V) and rescales that sum with O. */
-template <bool MASK, int NT, int LAZY = 0, bool SUM = true>
+ * every row of the warp kept its maximum (O, l and the LSE all refer to the kept one). */
+template <bool MASK, int NT, int LAZY = 0>
 KILN_DEVICE void softmax_step(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&corr)[2], float sl2, int key0,
                               int row0, int sk, int causal, int shift) {
   float mnew[2] = {m[0], m[1]};
@@ -98,11 +96,10 @@ KILN_DEVICE void softmax_step(float (&s)[NT][4], float (&m)[2], float (&l)[2], f
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       s[j][e] = exp2_fast(fmaf(s[j][e], sl2, -mu[e >> 1]));
-      if (SUM) rsum[e >> 1] += s[j][e];
+      rsum[e >> 1] += s[j][e];
     }
-  if (SUM)
 #pragma unroll
-    for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + rsum[r];
+  for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + rsum[r];
 }
 
 /* The visibility rule softmax_step's MASK applies, for kernels whose lane rows are not row0 and

@@ -64,27 +64,12 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
   constexpr bool HALF = NC == 3 && KILN_ATTN_WD_HALF;
   static_assert(DP == 64 || DP == 128 || DP == 256, "wgmma tiles for head dims padded to 64, 128 or 256");
   static_assert(NC >= 1 && NC <= 3, "one to three consumer warpgroups");
-  constexpr int BAR_BYTES = ((1 + 3 * STAGES) * 8 + 15) / 16 * 16;
-  static_assert(SMEM_BYTES >= Q_BYTES + STAGES * 2 * KV_BYTES + 1024 + BAR_BYTES + KILN_ATTN_ONES_BYTES,
+  static_assert(SMEM_BYTES >= Q_BYTES + STAGES * 2 * KV_BYTES + 1024 + (1 + 3 * STAGES) * 8,
                 "smem budget");
   extern __shared__ uint8_t smem_raw[];
   uint8_t *sq = smem_base(smem_raw), *ring = sq + Q_BYTES; /* slot s: K, then V */
   uint64_t *q_full = (uint64_t *)(ring + STAGES * 2 * KV_BYTES), *k_full = q_full + 1, *v_full = k_full + STAGES,
            *empty = v_full + STAGES;
-  /* Row sums on the tensor cores (KILN_ATTN_MMA_ROWSUM): l += P·1, one m64n8k16 beside each k16
-   * step of P·V, whose B is this tile of 16-bit ones (every byte it addresses is a one, so any
-   * layout reads the same: no swizzle, core matrices 128 bytes apart along K and 256 along N).
-   * Every column of the n8 result is the row's sum, already over the 4 lanes that share the row. */
-  constexpr bool MMA_SUM = KILN_ATTN_MMA_ROWSUM;
-  /* unmasked blocks after the first without their row maximum where it is not needed (rung
-   * fast-keep, softmax_kept), S computed again in the rare block where a P overflowed */
-  constexpr bool FAST = KILN_ATTN_FAST_KEEP && KILN_ATTN_LAZY_RESCALE > 0;
-  uint8_t *ones = (uint8_t *)q_full + BAR_BYTES;
-  if (MMA_SUM && threadIdx.x < KILN_ATTN_ONES_BYTES / 16) {
-    const uint32_t one2 = BF16 ? 0x3F803F80u : 0x3C003C00u;
-    reinterpret_cast<uint4 *>(ones)[threadIdx.x] = make_uint4(one2, one2, one2, one2);
-    fence_proxy_async(); /* generic-proxy writes, read by wgmma (async proxy) after init_barriers' __syncthreads */
-  }
 
   const int wg = warpgroup_index(), t = threadIdx.x % 128;
   const int tile = query_tile(p);
@@ -112,8 +97,6 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 #pragma unroll
     for (int i = 0; i < DP / 2; i++) o[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    float lsum[1][4] = {{0.f, 0.f, 0.f, 0.f}}; /* MMA_SUM: the rows' sums (columns 0-1: row0, 2-3: row0 + 8) */
-    const uint64_t ones_desc = smem_desc_plain(ones, 128, 256);
     const float sl2 = p.scale * LOG2E;
     const int first = q0 + 64 * cw, row0 = first + 16 * warp + lane / 4; /* this lane's rows: row0, row0 + 8 */
     /* Three warpgroups each walk only the key blocks their own rows see (a 192-row tile's first
@@ -153,26 +136,12 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
 #pragma unroll
       for (int kk = 0; kk < W / 16; kk++)
         wgmma_rs_m64k16<DP, BF16, 1>(o, pa[kk], nmajor_desc<BN>(sv, kk));
-      if (MMA_SUM)
-#pragma unroll
-        for (int kk = 0; kk < W / 16; kk++) wgmma_rs_m64k16<8, BF16, 0>(lsum[0], pa[kk], ones_desc);
       wgmma_commit();
     };
     /* P as A fragments for P·V */
-    float pscale[2] = {1.f, 1.f}; /* FAST: what P still needs multiplying by (softmax_kept's new maxima) */
     auto to_p = [&](auto width) {
-      constexpr int W = decltype(width)::value;
-      if constexpr (FAST) {
-        if (__any_sync(0xffffffffu, pscale[0] != 1.f || pscale[1] != 1.f)) {
 #pragma unroll
-          for (int j = 0; j < W / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s4[j][e] *= pscale[e >> 1];
-          pscale[0] = pscale[1] = 1.f;
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < W / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
+      for (int kk = 0; kk < decltype(width)::value / 16; kk++) acc_to_a_frag<BF16>(pa[kk], s4, kk);
     };
     /* the softmax of block blk's first W scores (masked only where the block holds keys past Sk or
      * right of the tile's first row's diagonal: always a half block's); corr for O */
@@ -182,23 +151,10 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
       constexpr int W = decltype(width)::value;
       auto &sw = *reinterpret_cast<float(*)[W / 8][4]>(sc);
       const int k0 = blk * BN;
-      if (W < BN || k0 + BN > p.sk || (p.causal && k0 + BN - 1 > first + shift)) {
-        softmax_step<true, W / 8, LAZY, !MMA_SUM>(sw, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal,
-                                                  shift);
-      } else {
-        if constexpr (FAST) {
-          if (blk > 0) {
-            if (!softmax_kept<W / 8, LAZY, !MMA_SUM>(sw, m, l, corr, sl2, 5 + cw)) {
-              pscale[0] = corr[0], pscale[1] = corr[1];
-              return;
-            }
-            issue_qk(blk, width); /* a P overflowed: S again, then the whole step */
-            wgmma_wait<0>();
-          }
-        }
-        softmax_step<false, W / 8, LAZY, !MMA_SUM>(sw, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal,
-                                                   shift);
-      }
+      if (W < BN || k0 + BN > p.sk || (p.causal && k0 + BN - 1 > first + shift))
+        softmax_step<true, W / 8, LAZY>(sw, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
+      else
+        softmax_step<false, W / 8, LAZY>(sw, m, l, corr, sl2, k0 + (lane % 4) * 2, row0, p.sk, p.causal, shift);
     };
     /* Turns (FlashAttention-3's ping-pong, and its ring for three warpgroups): the consumer
      * warpgroups issue their MMAs in turn, 0, 1, (2,) 0, ... (named barrier 2 + cw is warpgroup
@@ -239,10 +195,7 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
       wgmma_wait<0>();
       if (t == 0) mbar_arrive(&empty[(blk - 1) % STAGES]); /* this warpgroup is done with slot blk - 1 */
       /* with LAZY, only where a row of the warp took a new maximum (warp-uniform) */
-      if (!LAZY || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
-        rescale(o4, corr);
-        if (MMA_SUM) rescale(lsum, corr);
-      }
+      if (!LAZY || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) rescale(o4, corr);
       to_p(width);
     };
     auto last_step = [&](auto width) {
@@ -275,9 +228,6 @@ __device__ __forceinline__ void forward_sm90(const kiln_attn_args &p, const CUte
         your_turn(turn + 1 == turns);
         if (t == 0 && turn > 0) release_unread<STAGES>(k_full, empty, turn - 1, turn);
       }
-    /* the lane's part of each row's sum, as store_row and row_sum4 take it: MMA_SUM's is whole */
-    if (MMA_SUM)
-      for (int r = 0; r < 2; r++) l[r] = lane % 4 == 0 ? lsum[0][2 * r] : 0.f;
     /* O / l through this warpgroup's rows of the Q tile (its last Q·Kᵀ retired) where O takes it */
     if (NC == 3 && first < 0) { /* rows before row 0 (pad): nothing to store */
     } else if (stages_out<BF16>(p.o, p.o_dtype, p.o_bs, p.o_hs, p.o_ss, p.o_ds)) {

@@ -184,68 +184,12 @@ KILN_DEVICE void init_barriers(uint64_t *bars) {
  * the barriers (1 + 3·STAGES). */
 KILN_DEVICE uint8_t *smem_base(uint8_t *raw) { return (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023); }
 
-using sm90::named_any; /* named barriers (gemm_sm90.cuh) */
-using sm90::named_arrive;
+using sm90::named_arrive; /* named barriers (gemm_sm90.cuh) */
 using sm90::named_sync;
 /* All 256 threads of the two consumer warpgroups (barrier 1; 2 to 4 are the forward's turns). */
 KILN_DEVICE void consumers_sync() { named_sync(1, 256); }
 /* The 128 threads of consumer warpgroup cw (barriers 5 to 7). */
 KILN_DEVICE void warpgroup_sync(int cw) { named_sync(5 + cw, 128); }
-
-/* Rung fast-keep (KILN_ATTN_FAST_KEEP): the online softmax of an unmasked key block after a
- * row's first, in the common case without the block's row maximum. With LAZY (softmax_step) a
- * row keeps its maximum m unless a block's exceeds it by more than LAZY in log2 units, yet the
- * block maximum still costs an FMNMX per score and two shuffles before any exponential starts.
- * Here P = 2^(s·sl2 - m·sl2) comes first, in place of s. A non-negative float's bits grow with
- * it, so the OR of every P's bits has bit 30 clear exactly when every P < 2 (P >= 2, inf and NaN
- * set it); then every row keeps m and corr is 1. Otherwise, in this warp only, each row's largest
- * P, pm, decides: pm > 2^LAZY takes a new maximum (m + log2(pm) / sl2; P and, through corr, O
- * scaled by 1 / pm), else the row keeps m as softmax_step would. Where a P overflowed (pm = inf:
- * a score exceeds m by 128 or more in log2 units) its score is lost: the warpgroup's warps vote
- * at named barrier `bar` every block, and on true the caller computes S again and takes
- * softmax_step (m, l untouched here then). scripts/attn-softmax-model.py: on kiln-bench's uniform
- * inputs 0.06 % of row-blocks and ~1 % of warp-blocks take the per-warp path, none overflow;
- * test_gpu_attention's large_scale cases at scale 40-50 overflow in some (the recompute path). */
-template <int NT, int LAZY, bool SUM>
-KILN_DEVICE bool softmax_kept(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&corr)[2], float sl2, int bar) {
-  static_assert(LAZY >= 1 && LAZY < 64, "P < 2 must keep the maximum");
-  const float mu[2] = {m[0] * sl2, m[1] * sl2};
-  uint32_t bits = 0;
-  float rsum[2] = {0.f, 0.f}, mnew[2] = {m[0], m[1]};
-#pragma unroll
-  for (int j = 0; j < NT; j++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      s[j][e] = exp2_fast(fmaf(s[j][e], sl2, -mu[e >> 1]));
-      bits |= __float_as_uint(s[j][e]);
-      if (SUM) rsum[e >> 1] += s[j][e];
-    }
-  corr[0] = corr[1] = 1.f;
-  bool lost = false;
-  if (__any_sync(0xffffffffu, (bits & 0x40000000u) != 0)) { /* a row of this warp has P >= 2 */
-    float pm[2] = {0.f, 0.f};
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) pm[e >> 1] = fmaxf(pm[e >> 1], s[j][e]);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      pm[r] = row_max4(pm[r]);
-      lost |= pm[r] == INFINITY;
-      if (pm[r] > (float)(1ull << LAZY)) {
-        corr[r] = __fdividef(1.f, pm[r]);
-        mnew[r] = __fdividef(mu[r] + __log2f(pm[r]), sl2);
-      }
-    }
-  }
-  if (named_any(bar, 128, lost)) return true;
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    m[r] = mnew[r];
-    if (SUM) l[r] = (l[r] + rsum[r]) * corr[r]; /* rsum was of the unscaled P */
-  }
-  return false;
-}
 
 /* Whether a result tensor takes the staged epilogue below: the kernel's own 16-bit dtype and
  * rows_vec16's layout. */

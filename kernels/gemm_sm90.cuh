@@ -75,16 +75,6 @@ KILN_DEVICE void named_sync(int id, int count) { asm volatile("bar.sync %0, %1;\
 KILN_DEVICE void named_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
-/* Whether `pred` holds in any of the `count` threads that meet at named barrier `id` (every one
- * calls; the barrier's phase must not be shared with bar.sync / bar.arrive). */
-KILN_DEVICE bool named_any(int id, int count, bool pred) {
-  uint32_t r;
-  asm volatile("{\n.reg .pred a, b;\nsetp.ne.u32 a, %1, 0;\nbar.red.or.pred b, %2, %3, a;\nselp.u32 %0, 1, 0, b;\n}\n"
-               : "=r"(r)
-               : "r"((uint32_t)pred), "r"(id), "r"(count)
-               : "memory");
-  return r != 0;
-}
 /* Four 8x8 matrices of 16-bit values, each held in mma's accumulator layout (lane l: row l / 4,
  * columns 2(l % 4) and + 1, packed), stored transposed: row j of matrix i in shared memory (at
  * the address lane 8i + j gives, 16-byte aligned) is column j of the matrix. */
@@ -217,11 +207,6 @@ KILN_DEVICE void release(uint64_t *empty, uint32_t rank) {
 KILN_DEVICE uint64_t smem_desc(const void *p, uint32_t lbo, uint32_t sbo) {
   return (uint64_t)((smem_u32(p) & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 |
          1ull << 62;
-}
-/* The same without swizzle (layout type 0): core matrices of 8 rows x 16 bytes, LBO apart along
- * K and SBO apart along M/N for a K-major operand. */
-KILN_DEVICE uint64_t smem_desc_plain(const void *p, uint32_t lbo, uint32_t sbo) {
-  return (uint64_t)((smem_u32(p) & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
 }
 /* This thread's warpgroup, read through a shuffle so that ptxas knows it is warp-uniform (from
  * threadIdx.x / 128 alone it does not): the role branches and the index math derived from it stay

@@ -298,10 +298,9 @@ typedef struct kiln_attn_args {
 #define KILN_ATTN_WG_THREADS 384
 #define KILN_ATTN_WG_STAGES(dp) ((dp) <= 64 ? 4 : (dp) <= 128 ? 3 : 2)
 /* Shared memory of an sm_90a forward configuration: the Q tile of bm rows, a ring of `stages`
- * K and V slots of bn keys, 1 KB of alignment slack, the mbarriers (Q, and full / empty / P per slot)
- * to a multiple of 16 bytes, then the ones for KILN_ATTN_MMA_ROWSUM. */
+ * K and V slots of bn keys, 1 KB of alignment slack, the mbarriers (Q, and full / empty / P per slot). */
 #define KILN_ATTN_FWD_SMEM_BYTES(bm, bn, stages, dp)                                                   \
-  (((bm) + 2 * (stages) * (bn)) * (dp) * 2 + 1024 + ((1 + 3 * (stages)) * 8 + 15) / 16 * 16 + KILN_ATTN_ONES_BYTES)
+  (((bm) + 2 * (stages) * (bn)) * (dp) * 2 + 1024 + (1 + 3 * (stages)) * 8)
 #define KILN_ATTN_WG_SMEM_BYTES(dp) \
   KILN_ATTN_FWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_BN(dp), KILN_ATTN_WG_STAGES(dp), dp)
 
@@ -347,20 +346,6 @@ typedef struct kiln_attn_args {
  * H100), 6-7 % at S = 8192 (docs/performance.md, "Rungs poly and lazy"). */
 #ifndef KILN_ATTN_LAZY_RESCALE
 #define KILN_ATTN_LAZY_RESCALE 8
-#endif
-/* 1: the sm_90a forwards sum each row's P on the tensor cores, one wgmma m64n8k16 per k16 step of
- * P·V with B a tile of ones (KILN_ATTN_ONES_BYTES of shared memory after the barriers), instead of
- * an FADD per score on the FMA pipe; the sum is of the 16-bit P that P·V multiplies, in f32.
- * 0: FADDs (rung rowsum-mma, docs/performance.md). */
-#ifndef KILN_ATTN_MMA_ROWSUM
-#define KILN_ATTN_MMA_ROWSUM 0
-#endif
-#define KILN_ATTN_ONES_BYTES 512
-/* 1: the sm_90a forwards' unmasked key blocks after a row's first take P with the kept maximum
- * before the block's own is known, and the block maximum only in warps where some P >= 2
- * (attention_sm90.cuh, softmax_kept; rung fast-keep, docs/performance.md). 0: softmax_step. */
-#ifndef KILN_ATTN_FAST_KEEP
-#define KILN_ATTN_FAST_KEEP 0
 #endif
 /* The K and V bytes that the causal sm_90a dQ kernel's longest-first order keeps in flight at
  * once (attention_sm90.cuh, block_tile_lpt): a third of the H100's / H200's 50 MB L2. 0: each

@@ -5,8 +5,7 @@
  * (transposed) ones. wgmma_m64k16<N> picks the instruction of width N. acc = false (a
  * compile-time constant at the call, e.g. a product's first k step) makes it d = A * B, with d
  * write-only: nothing zeroes d between wgmma.fence and the MMA, and its old values are dead.
- * wgmma_rs_m64k16<N>: the same with A (64x16) in registers, one m16k16 fragment per warp, for
- * N in 256, 128, 64, 32, 8.
+ * wgmma_rs_m64k16<N>: the same with A (64x16) in registers, one m16k16 fragment per warp.
  * d[N/2] += A(64x32 int8) * B(32xN int8) in s32, both k-major: wgmma_s8_m64k32<N>.
  */
 #pragma once
@@ -206,22 +205,6 @@ __device__ __forceinline__ void wgmma_rs_m64n32k16(float (&d)[16], const uint32_
 #endif
 }
 
-template <bool BF16, int TRANS_B>
-__device__ __forceinline__ void wgmma_rs_m64n8k16(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (BF16)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, %9;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TRANS_B));
-  else
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, %9;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TRANS_B));
-#endif
-}
-
 template <int N, bool BF16, int TRANS_B>
 __device__ __forceinline__ void wgmma_rs_m64k16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) {
   if constexpr (N == 256)
@@ -232,8 +215,6 @@ __device__ __forceinline__ void wgmma_rs_m64k16(float (&d)[N / 2], const uint32_
     wgmma_rs_m64n64k16<BF16, TRANS_B>(d, a, desc_b);
   else if constexpr (N == 32)
     wgmma_rs_m64n32k16<BF16, TRANS_B>(d, a, desc_b);
-  else if constexpr (N == 8)
-    wgmma_rs_m64n8k16<BF16, TRANS_B>(d, a, desc_b);
 }
 
 __device__ __forceinline__ void wgmma_s8_m64n256k32(int32_t (&d)[128], uint64_t desc_a, uint64_t desc_b) {

@@ -70,9 +70,9 @@
 #                    attention tests, memchecks and synccheck, SDPA flash --quick, kiln-bench
 #                    attention --quick --dtype all of BASE and HEAD interleaved three times, then
 #                    causal D = 64 S = 2048 until STOP_AT (about 9 minutes)
-#   lazychk HEAD     issue 8, rung lazy on main: test_gpu_attention, racecheck, synccheck and memcheck
+#   lazychk HEAD     (done 2026-12-07 within rsfocus) issue 8, rung lazy on main: test_gpu_attention, racecheck, synccheck and memcheck
 #                    of its large_scale, the Python attention tests (about 4 minutes)
-#   sumkeep BASE RUNG...  issue 8, rungs rowsum-mma (row sums of P on the tensor cores,
+#   sumkeep BASE RUNG...  (done 2026-12-07, neither taken) issue 8, rungs rowsum-mma (row sums of P on the tensor cores,
 #                    KILN_ATTN_MMA_ROWSUM) and fast-keep (P before the block maximum,
 #                    KILN_ATTN_FAST_KEEP), each an sm_90a build: HGMMA count per forward kernel,
 #                    BASE's large_scale test, each RUNG's test_gpu_attention, SDPA flash --quick, kiln-bench attention
@@ -80,10 +80,10 @@
 #                    S = 2048 three more times, then each RUNG's memchecks, racecheck and
 #                    synccheck of large_scale and the Python attention tests (STOP_AT cuts;
 #                    about 9 minutes for two rungs)
-#   rsfocus BASE RUNG  issue 8, rung rowsum-mma decided: causal D = 64 S = 2048 of BASE and RUNG in
+#   rsfocus BASE RUNG  (done 2026-12-07, not taken) issue 8, rung rowsum-mma decided: causal D = 64 S = 2048 of BASE and RUNG in
 #                    alternating order eight times with SDPA flash between, causal D = 128 S = 8192
 #                    four times, then BASE's clocks at f16 / bf16 and lazychk's checks (~9 minutes)
-#   attnclocks HEAD  issue 8: the D = 64 causal S = 2048 forward of kiln and of SDPA flash, f16 and bf16 in
+#   attnclocks HEAD  (answered 2026-12-07 within rsfocus: both at 1980 MHz) issue 8: the D = 64 causal S = 2048 forward of kiln and of SDPA flash, f16 and bf16 in
 #                    turn, with the SM clock and power sampled (about 3 minutes)
 #   wideprof HEAD    (done 2026-12-07) issue 8: Nsight Compute stall samples per SASS line of the wide D = 64 forward
 #                    at S = 2048, f16, causal and not (2 min)

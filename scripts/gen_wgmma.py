@@ -5,8 +5,6 @@ N/2 accumulator operands are too many to write by hand.
 Run: python3 scripts/gen_wgmma.py > kernels/wgmma.cuh"""
 
 NS = (256, 128, 64, 32)
-# register-A widths: also n8, the attention forward's row sums (P times a column of ones)
-NS_RS = NS + (8,)
 
 
 def wrapper(n, dtype, acc, indent="    "):
@@ -94,7 +92,7 @@ dispatch = "\n".join(
 
 dispatch_rs = "\n".join(
     f"  {'if' if i == 0 else 'else if'} constexpr (N == {n})\n    wgmma_rs_m64n{n}k16<BF16, TRANS_B>(d, a, desc_b);"
-    for i, n in enumerate(NS_RS)
+    for i, n in enumerate(NS)
 )
 
 dispatch_s8 = "\n".join(
@@ -109,8 +107,7 @@ print(f"""/*
  * (transposed) ones. wgmma_m64k16<N> picks the instruction of width N. acc = false (a
  * compile-time constant at the call, e.g. a product's first k step) makes it d = A * B, with d
  * write-only: nothing zeroes d between wgmma.fence and the MMA, and its old values are dead.
- * wgmma_rs_m64k16<N>: the same with A (64x16) in registers, one m16k16 fragment per warp, for
- * N in {", ".join(map(str, NS_RS))}.
+ * wgmma_rs_m64k16<N>: the same with A (64x16) in registers, one m16k16 fragment per warp.
  * d[N/2] += A(64x32 int8) * B(32xN int8) in s32, both k-major: wgmma_s8_m64k32<N>.
  */
 #pragma once
@@ -122,7 +119,7 @@ template <int N, bool BF16, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool acc = true) {{
 {dispatch}
 }}
-{"".join(function_rs(n) for n in NS_RS)}
+{"".join(function_rs(n) for n in NS)}
 template <int N, bool BF16, int TRANS_B>
 __device__ __forceinline__ void wgmma_rs_m64k16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) {{
 {dispatch_rs}
