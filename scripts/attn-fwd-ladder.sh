@@ -96,3 +96,16 @@ ladder_step fwd wd-half2-pad ""
 # runs of kiln-bench attention --quick --dtype all): forward 0.92-1.08x main's time, mixed within
 # the spread; the forward is not bound by that latency. Not taken.
 ladder_step fwd tree "" 8b2ae64 scripts/rungs/attn-softmax-tree.patch
+# rowsum-mma and fast-keep (2026-12-07, scripts/rungs/attn-rowsum-fast-keep.patch on 06b7a3e, both
+# behind macros there): rowsum-mma sums each row's P on the tensor cores (one wgmma m64n8k16 with
+# a tile of ones beside each k16 step of P·V) instead of an FADD per score; fast-keep takes P with
+# the kept maximum before the block's own and the block maximum only in warps where some P >= 2,
+# recomputing S (a warpgroup vote each block) where a P passes 2^64. Predicted a few % at D = 64
+# where issue slots bound the forward. Measured on an H100 (two calls, 5 and 8 passes beside
+# main's build): rowsum-mma 366.0 against 366.9 µs at causal D = 64 S = 2048 f16, slower at
+# D = 128 causal S = 8192; fast-keep no faster at D = 64, 15-18 % slower at D = 128 causal
+# S = 8192, and it failed large_scale at scale 40-50 (fixed in the patch, not rerun). Not taken
+# (docs/performance.md, "Rungs rowsum-mma and fast-keep"). Their tests: a full build of
+# /tmp/kiln-fwd-rowsum-mma or /tmp/kiln-fwd-fast-keep with the same KILN_TUNE_DEFS.
+ladder_step fwd rowsum-mma "KILN_ATTN_MMA_ROWSUM=1" 06b7a3e scripts/rungs/attn-rowsum-fast-keep.patch
+ladder_step fwd fast-keep "KILN_ATTN_FAST_KEEP=1" 06b7a3e scripts/rungs/attn-rowsum-fast-keep.patch
