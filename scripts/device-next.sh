@@ -310,6 +310,16 @@ clocked() { # clocked NAME CMD...: CMD (timeout 90 s, output $L/NAME.txt) with t
     awk '{a[NR]=$1} END {print a[1], a[int(NR/2)+1], a[NR]}'); W $(cut -d, -f4 "$L/clocks-$n.csv" | tr -dc '0-9.\n' |
     sort -n | awk '{a[NR]=$1} END {print a[1], a[int(NR/2)+1], a[NR]}')"
 }
+lazy_checks() { # lazy_checks BUILD: BUILD's test_gpu_attention, racecheck, synccheck and memcheck of its
+  # large_scale test (the rows whose maximum grows after their first key block), the Python attention tests
+  more "tests" && gpu_test "$1/tests/test_gpu_attention"
+  more "racecheck" && sanitize racecheck "$1/tests/test_gpu_attention" large_scale "$L/racecheck.log" 150
+  more "synccheck" && sanitize synccheck "$1/tests/test_gpu_attention" large_scale "$L/synccheck.log" 120
+  more "memcheck" && memchecks "$1/tests/test_gpu_attention" large_scale
+  pack
+  more "pytest" && attn_pytest "$1"
+  pack
+}
 interleaved() { # interleaved TAG FIRST LAST PATTERN "BUILD..." ARGS...: passes FIRST..LAST of each BUILD's
   # kiln-bench ARGS, the builds in turn within a pass (bench_run TAG-PASS, rows matching PATTERN), packed after each
   local tag=$1 first=$2 last=$3 pat=$4 builds=$5 pass b
@@ -1000,15 +1010,8 @@ lazy)
     --peer "$L/sdpa.txt"
   ;;
 lazychk)
-  H=$2
   gpu_info
-  more "tests" && gpu_test "$H/tests/test_gpu_attention"
-  more "racecheck" && sanitize racecheck "$H/tests/test_gpu_attention" large_scale "$L/racecheck.log" 150
-  more "synccheck" && sanitize synccheck "$H/tests/test_gpu_attention" large_scale "$L/synccheck.log" 120
-  more "memcheck" && memchecks "$H/tests/test_gpu_attention" large_scale
-  pack
-  more "pytest" && attn_pytest "$H"
-  pack
+  lazy_checks "$2"
   ;;
 sumkeep)
   # the decision first (tests, then times), the checks after it
@@ -1079,13 +1082,7 @@ rsfocus)
       --causal 1 --dtype "$dt" --reps 200) $(grep -E '^attention B' "$L/kiln-$dt.txt" | awk '{print $6}' | tr '\n' ' ')"
   done
   pack
-  more "tests" && gpu_test "$B/tests/test_gpu_attention"
-  more "racecheck" && sanitize racecheck "$B/tests/test_gpu_attention" large_scale "$L/racecheck.log" 150
-  more "synccheck" && sanitize synccheck "$B/tests/test_gpu_attention" large_scale "$L/synccheck.log" 120
-  more "memcheck" && memchecks "$B/tests/test_gpu_attention" large_scale
-  pack
-  more "pytest" && attn_pytest "$B"
-  pack
+  lazy_checks "$B"
   ;;
 attnclocks)
   # issue 8: kiln's D = 64 causal S = 2048 forward runs slower in f16 than in bf16 (H100: 363 / 351
