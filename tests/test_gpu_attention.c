@@ -281,8 +281,8 @@ static void strided_views_scale_long(void **state) {
  * that a row's maximum still grows after its first block: by more than 8 in log2 units in some
  * rows and blocks (the sm_90a forwards rescale O there) and by less in others (they keep the old
  * maximum, P up to 2^8). Scales 40-50 make some rows' maxima grow by 128 or more (log2 units)
- * after their first block, where P taken with the old maximum would overflow f32 (a rung that
- * does so must compute S again: scripts/rungs/attn-fast-keep.patch). */
+ * after their first block, where P taken with the old maximum would overflow f32 (rung fast-keep,
+ * scripts/rungs/attn-rowsum-fast-keep.patch, must compute S again; its first run failed here). */
 static void large_scale(void **state) {
   (void)state;
   test_seed(27);
