@@ -93,7 +93,7 @@
 #                    and matmul tests, memcheck of the int8 scale and K-bound tests, paired int8
 #                    with --scales none / rows / both, BASE, OTHERS and HEAD interleaved twice
 #                    (about 5 minutes)
-#   prefill HEAD     issues 5 and 6: the int4 PREFILL (four shapes, M 1024 and 4096) and the fused
+#   prefill HEAD     (done 2026-12-07, H100) issues 5 and 6: the int4 PREFILL (four shapes, M 1024 and 4096) and the fused
 #                    QKV (M 2048 and 8192) paired against unpaired (3-4 minutes)
 #   bwdpdl HEAD BASE (done 2026-12-06, main since 8e21846) issue 8: rung bwd-pdl (HEAD: a build with it,
 #                    BASE: main's): test_gpu_attention, memcheck and racecheck of the backward
