@@ -310,6 +310,11 @@ clocked() { # clocked NAME CMD...: CMD (timeout 90 s, output $L/NAME.txt) with t
     awk '{a[NR]=$1} END {print a[1], a[int(NR/2)+1], a[NR]}'); W $(cut -d, -f4 "$L/clocks-$n.csv" | tr -dc '0-9.\n' |
     sort -n | awk '{a[NR]=$1} END {print a[1], a[int(NR/2)+1], a[NR]}')"
 }
+kiln_clocked() { # kiln_clocked NAME BUILD DTYPE: BUILD's causal D = 64 S = 2048 forward (200 repetitions) under
+  # clocked NAME: the SM clock and power, then kiln's µs
+  echo "$1: $(clocked "$1" "$2/tools/kiln-bench" attention --head-dim 64 --seq 2048 --causal 1 --dtype "$3" \
+    --reps 200) $(grep -E '^attention B' "$L/$1.txt" | awk '{print $6}' | tr '\n' ' ')"
+}
 lazy_checks() { # lazy_checks BUILD: BUILD's test_gpu_attention, racecheck, synccheck and memcheck of its
   # large_scale test (the rows whose maximum grows after their first key block), the Python attention tests
   more "tests" && gpu_test "$1/tests/test_gpu_attention"
@@ -321,11 +326,14 @@ lazy_checks() { # lazy_checks BUILD: BUILD's test_gpu_attention, racecheck, sync
   pack
 }
 interleaved() { # interleaved TAG FIRST LAST PATTERN "BUILD..." ARGS...: passes FIRST..LAST of each BUILD's
-  # kiln-bench ARGS, the builds in turn within a pass (bench_run TAG-PASS, rows matching PATTERN), packed after each
-  local tag=$1 first=$2 last=$3 pat=$4 builds=$5 pass b
+  # kiln-bench ARGS, the builds in turn within a pass (bench_run TAG-PASS, rows matching PATTERN), packed after each;
+  # ALTERNATE=1: even passes take the builds in reverse order (no build always first)
+  local tag=$1 first=$2 last=$3 pat=$4 builds=$5 pass b order
   shift 5
   for pass in $(seq "$first" "$last"); do
-    for b in $builds; do
+    order=$builds
+    [ "${ALTERNATE:-0}" = 1 ] && [ $((pass % 2)) -eq 0 ] && order=$(echo $builds | tr ' ' '\n' | tac | tr '\n' ' ')
+    for b in $order; do
       more "$tag $pass $b" && bench_run "$tag-$pass" "$b" "$pat" "$@"
     done
     pack
@@ -1058,28 +1066,15 @@ rsfocus)
   gpu_info
   more sdpa && sdpa_peer
   for pass in 1 2 3 4 5 6 7 8; do
-    order="$B $R"
-    [ $((pass % 2)) -eq 0 ] && order="$R $B"
-    for b in $order; do
-      more "c64 $pass $b" && bench_run "c64-$pass" "$b" '^attention B' attention --head-dim 64 --seq 2048 --causal 1 \
-        --dtype all --peer "$L/sdpa.txt"
-    done
+    ALTERNATE=1 interleaved c64 "$pass" "$pass" '^attention B' "$B $R" attention --head-dim 64 --seq 2048 --causal 1 \
+      --dtype all --peer "$L/sdpa.txt"
     more "sdpa $pass" && echo "sdpa/$pass $(timeout 60 python3 scripts/bench_sdpa.py --lengths 2048 --head-dims 64 \
       --dtype all 2>&1 | grep -vE '^#' | awk '$3 == 1' | tr '\n' ' ')"
-    pack
   done
-  for pass in 1 2 3 4; do
-    order="$B $R"
-    [ $((pass % 2)) -eq 0 ] && order="$R $B"
-    for b in $order; do
-      more "c128 $pass $b" && bench_run "c128-$pass" "$b" '^attention B' attention --head-dim 128 --seq 8192 \
-        --causal 1 --dtype all --peer "$L/sdpa.txt"
-    done
-    pack
-  done
+  ALTERNATE=1 interleaved c128 1 4 '^attention B' "$B $R" attention --head-dim 128 --seq 8192 --causal 1 --dtype all \
+    --peer "$L/sdpa.txt"
   for dt in f16 bf16; do
-    more "clocks $dt" && echo "kiln $dt: $(clocked "kiln-$dt" "$B/tools/kiln-bench" attention --head-dim 64 --seq 2048 \
-      --causal 1 --dtype "$dt" --reps 200) $(grep -E '^attention B' "$L/kiln-$dt.txt" | awk '{print $6}' | tr '\n' ' ')"
+    more "clocks $dt" && kiln_clocked "kiln-$dt" "$B" "$dt"
   done
   pack
   lazy_checks "$B"
@@ -1093,9 +1088,7 @@ attnclocks)
   gpu_info
   for pass in 1 2; do
     for dt in f16 bf16; do
-      more "kiln $dt $pass" && echo "kiln $dt $pass: $(clocked "kiln-$dt-$pass" "$H/tools/kiln-bench" attention \
-        --head-dim 64 --seq 2048 --causal 1 --dtype "$dt" --reps 200) $(grep -E '^attention B' "$L/kiln-$dt-$pass.txt" |
-        awk '{print $6}' | tr '\n' ' ')"
+      more "kiln $dt $pass" && kiln_clocked "kiln-$dt-$pass" "$H" "$dt"
       more "sdpa $dt $pass" && echo "sdpa $dt $pass: $(clocked "sdpa-$dt-$pass" python3 scripts/bench_sdpa.py \
         --lengths 2048 --head-dims 64 --dtype "$dt") $(grep -vE '^#' "$L/sdpa-$dt-$pass.txt" | head -2 | tr '\n' ' ')"
     done
