@@ -1,8 +1,8 @@
 #!/bin/sh
 # kiln-bench on the fake driver and the fake cuBLAS (tests/fake: KILN_LIBCUDA and
 # KILN_BENCH_CUBLAS set by CTest), so that the benchmarks' code (matmul and int8 with the paired
-# timing, int8 with scale vectors, attention without a peer, int4 and qkv paired at one shape each:
-# ~20 s apiece, as they first time a 512 MiB copy, which the fake makes in host memory) runs in CI
+# timing, int8 with scale vectors, attention without a peer, int4 and qkv paired at one shape each,
+# --batch-us on two of them: ~20 s apiece, as they first time a 512 MiB copy, which the fake makes in host memory) runs in CI
 # before it runs on a GPU. Nothing is computed there, so kiln's results fail their checks
 # (exit 1) and the times mean nothing; what must hold: every measurement reaches its report
 # (no crash, exit 0 or 1), --paired rows say how many rounds they paired, and the JSON parses
@@ -22,12 +22,15 @@ run() { # run NAME ARGS...: the tool's exit must be 0 or 1 (failed checks), not 
 }
 run matmul matmul --shape 128x96x64 --dtype all --algo all --paired --reps 4
 run int8 int8 --shape 128x96x64 --algo all --paired --reps 4
-run int8s int8 --shape 128x96x64 --algo all --scales both --reps 2
+run int8s int8 --shape 128x96x64 --algo all --scales both --reps 2 --batch-us 200
 run int4 int4 --shape 4096x4096 --m 1024 --algo prefill --paired --reps 2
-run qkv qkv --m 16 --only int4 --paired --reps 2
+run qkv qkv --m 16 --only int4 --paired --reps 2 --batch-us 200
 run attention attention --seq 2048 --head-dim 64 --dtype f16 --causal 1 --algo all --reps 2
 run attention256 attention --seq 1024 --head-dim 256 --dtype bf16 --causal 0 --algo all --reps 2
 grep -q "^peer: cuBLAS 13.0.0" "$tmp/matmul.txt" || fail "the fake cuBLAS was not loaded"
+"$bench" int4 --batch-us 0 >"$tmp/batch0.txt" 2>&1
+[ $? -eq 2 ] && grep -q -- "--batch-us expects an integer in \[1, 100000\], got \"0\"" "$tmp/batch0.txt" ||
+  fail "kiln-bench int4 --batch-us 0 was not refused with exit 2 and the option's range"
 rows=$(grep -c "paired: 4 rounds" "$tmp/matmul.txt")
 [ "$rows" -eq 8 ] || fail "matmul: $rows paired rows, expected 8 (2 dtypes x 4 algos)"
 rows=$(grep -c "paired: 4 rounds" "$tmp/int8.txt")

@@ -46,7 +46,7 @@ int bench_parse_common(int argc, char **argv, int *i, bench_common *c, const cha
     c->paired = 1;
     return 1;
   }
-  if (strcmp(a, "--json") && strcmp(a, "--reps") && strcmp(a, "--device")) return 0;
+  if (strcmp(a, "--json") && strcmp(a, "--reps") && strcmp(a, "--batch-us") && strcmp(a, "--device")) return 0;
   if (!val) {
     fprintf(stderr, "kiln-bench: %s needs a value\n", a);
     return -1;
@@ -57,6 +57,7 @@ int bench_parse_common(int argc, char **argv, int *i, bench_common *c, const cha
     return 1;
   }
   if (!strcmp(a, "--reps")) return parse_int(a, val, 1, 100000, &c->reps) ? -1 : 1;
+  if (!strcmp(a, "--batch-us")) return parse_int(a, val, 1, 100000, &c->batch_us) ? -1 : 1;
   return parse_int(a, val, 0, 1023, &c->device) ? -1 : 1;
 }
 
@@ -440,10 +441,13 @@ static int warm_up(bench_env *env, CUstream stream, bench_fn fn, void *user, int
   }
 }
 
-/* Calls per sample: one sample spans at least BENCH_BATCH_US, so event resolution and launch
- * jitter stay small. */
-static long batch_for(double per_call_us) {
-  return per_call_us < BENCH_BATCH_US ? (long)(BENCH_BATCH_US / per_call_us) + 1 : 1;
+/* Calls per sample: one sample spans at least BENCH_BATCH_US (--batch-us), so event resolution
+ * and launch jitter stay small. An event between two calls also ends a programmatic dependent
+ * launch's overlap with the call before it, so short calls measure closer to a model's stream of
+ * kernels with longer batches (scripts/probes/read_floor.cu: -6 to -14 % at 8.8 MB reads). */
+static long batch_for(const bench_env *env, double per_call_us) {
+  const double span = env->opts.batch_us > 0 ? env->opts.batch_us : BENCH_BATCH_US;
+  return per_call_us < span ? (long)(span / per_call_us) + 1 : 1;
 }
 
 /* Median, min and p90 of n per-call samples (sorted in place). */
@@ -501,7 +505,7 @@ int bench_time(bench_env *env, CUstream stream, bench_fn fn, void *user, int rep
   double per_call_us = 0;
   if (rc || (rc = warm_up(env, stream, fn, user, &iter, ev[0], ev[1], &per_call_us))) goto done;
 
-  const long batch = batch_for(per_call_us);
+  const long batch = batch_for(env, per_call_us);
   long max_reps = (long)(BENCH_MAX_TIMED_MS * 1e3 / (per_call_us * (double)batch));
   if (reps > max_reps) reps = max_reps > 5 ? (int)max_reps : 5;
 
@@ -542,7 +546,7 @@ int bench_time_paired(bench_env *env, CUstream stream, bench_fn kiln_fn, void *k
   for (int j = 0; j < 2 && !rc; j++) rc = warm_up(env, stream, fn[j], user[j], &iter[j], ev[0], ev[1], &per_call[j]);
   if (rc) goto done;
 
-  const long batch[2] = {batch_for(per_call[0]), batch_for(per_call[1])};
+  const long batch[2] = {batch_for(env, per_call[0]), batch_for(env, per_call[1])};
   const double round_us = per_call[0] * (double)batch[0] + per_call[1] * (double)batch[1];
   const long max_rounds = (long)(2 * BENCH_MAX_TIMED_MS * 1e3 / round_us); /* two measurements' time */
   if (rounds > max_rounds) rounds = max_rounds > 5 ? (int)max_rounds : 5;

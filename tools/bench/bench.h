@@ -43,12 +43,15 @@ typedef struct bench_common {
   int reps;              /* --reps N: timed repetitions (0 = default) */
   int device;            /* --device N: CUDA ordinal */
   int paired;            /* --paired: kiln and its peer timed in alternating batches */
+  int batch_us;          /* --batch-us US: a sample spans at least US µs of calls (0 = BENCH_BATCH_US) */
 } bench_common;
 
 #define BENCH_COMMON_USAGE                                                  \
   "  --json FILE      also write the results as a JSON array to FILE\n"    \
   "  --quick          fewer shapes and repetitions\n"                       \
   "  --reps N         timed repetitions per measurement (default 30, quick 10)\n" \
+  "  --batch-us US    calls per sample: at least US µs of them back to back between two events\n" \
+  "                   (default 20; longer: fewer events between short calls)\n" \
   "  --device N       CUDA ordinal (default 0)\n"                           \
   "  --help           this text\n"
 
