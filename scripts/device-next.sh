@@ -38,6 +38,11 @@
 #                    interleaved twice, paired once (3 min)
 #   state HEAD       main against SDPA (attention --quick), cuBLAS (matmul paired 1024-8192^3)
 #                    and cuBLASLt (int8 paired 4096^3) in one call (4 min)
+#   readfloor HEAD   issues 5 and 6: scripts/probes/read_floor.cu (the fastest read of the decode
+#                    rows' weight bytes, timed as kiln-bench times them) beside kiln-bench int4
+#                    and qkv at M = 1 and 16 (about 3 minutes)
+#   decodebatch HEAD issues 5 and 6: int4 and qkv at M = 1 with --batch-us 20 and 200, unpaired and
+#                    paired, and int4 at K = 8192 with N giving 3, 3.39 and 4 tiles a block (4 min)
 #   accept HEAD      issues 4 and 8's acceptance on main's build (H200 wanted), least verified first:
 #                    test_gpu_matmul, memcheck of its ragged, batched, backward and tile-width tests,
 #                    kiln-bench attention --quick against SDPA flash and the paired GEMMs at
@@ -1201,6 +1206,57 @@ cpieces)
     "$H/tools/int8_after" 4096 4096 4096 3 "k,c k" >"$L/ncu.txt" 2>&1
   echo "ncu: exit $?"
   grep -E '^  [a-zA-Z_].*\(|dram__|gpu__time' "$L/ncu.txt" | tail -48
+  pack
+  ;;
+readfloor)
+  # issues 5 and 6: the read floor beside kiln's decode rows and cuBLAS f16 in one call. HEAD's
+  # tools/read_floor (scripts/read-floor-probe.sh) reads B bytes once per call, timed as kiln-bench
+  # times a decode call, at the decode rows' weight bytes and cuBLAS's f16 bytes: what any kernel
+  # could reach there. Then kiln-bench int4 and qkv at M = 1 and 16. About 3 minutes.
+  H=$2
+  gpu_info
+  for pass in 1 2; do
+    more "read_floor $pass" || break
+    timeout 150 "$H/tools/read_floor" >"$L/floor-$pass.txt" 2>&1
+    echo "read_floor pass $pass: exit $?"
+    cat "$L/floor-$pass.txt"
+    pack
+  done
+  for m in 1 16; do
+    more "decode m $m" || break
+    timeout 120 "$H/tools/kiln-bench" int4 --m $m >"$L/int4-m$m.txt" 2>&1
+    grep -E '^matmul_int4 ' "$L/int4-m$m.txt"
+    timeout 120 "$H/tools/kiln-bench" qkv --m $m >"$L/qkv-m$m.txt" 2>&1
+    grep -E '^qkv_' "$L/qkv-m$m.txt"
+    pack
+  done
+  ;;
+decodebatch)
+  # issues 5 and 6: the decode rows at M = 1 with kiln-bench's default samples (>= 20 µs of calls
+  # between two events) and with --batch-us 200 (an event ends a dependent launch's overlap, and
+  # read_floor's reads ran 6-14 % faster in batches of 200), unpaired and paired; then int4 at
+  # K = 8192 with N = 25344 / 28672 / 33792 (3, 3.39 and 4 tiles of 32 columns per block of the
+  # 264): time in proportion to the bytes says the stream is DRAM-bound, in proportion to the
+  # most tiles a block takes says each block's consumers set the pace. About 4 minutes.
+  H=$2
+  gpu_info
+  for b in 20 200; do
+    for p in "" --paired; do
+      more "decode batch $b $p" || break
+      f="$L/int4-b$b${p}.txt"
+      timeout 120 "$H/tools/kiln-bench" int4 --m 1 --batch-us $b $p >"$f" 2>&1
+      grep -E '^matmul_int4 ' "$f" | sed "s|^|b$b ${p:-unpaired}: |"
+      f="$L/qkv-b$b${p}.txt"
+      timeout 120 "$H/tools/kiln-bench" qkv --m 1 --batch-us $b $p >"$f" 2>&1
+      grep -E '^qkv_' "$f" | sed "s|^|b$b ${p:-unpaired}: |"
+      pack
+    done
+  done
+  for n in 25344 28672 33792 25344 28672 33792; do
+    more "int4 8192x$n" || break
+    timeout 60 "$H/tools/kiln-bench" int4 --m 1 --shape 8192x$n --batch-us 200 >"$L/tiles-$n.txt" 2>&1
+    grep -E '^matmul_int4 ' "$L/tiles-$n.txt" | sed "s|^|tiles: |"
+  done
   pack
   ;;
 int8after)
