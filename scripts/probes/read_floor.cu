@@ -29,14 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#include "probe_check.h"
 
 enum { U = 8, STAGES = 4, STAGE_BYTES = 32 << 10 };
 static const size_t POOL = (size_t)2 << 30; /* copies rotate through 2 GiB: 40x the L2 */
