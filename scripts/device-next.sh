@@ -1234,7 +1234,7 @@ readfloor)
 decodebatch)
   # issues 5 and 6: the decode rows at M = 1 with kiln-bench's default samples (>= 20 µs of calls
   # between two events) and with --batch-us 200 (an event ends a dependent launch's overlap, and
-  # read_floor's reads ran 6-14 % faster in batches of 200), unpaired and paired; then int4 at
+  # read_floor's reads ran 5-14 % faster in batches of 200), unpaired and paired; then int4 at
   # K = 8192 with N = 25344 / 28672 / 33792 (3, 3.39 and 4 tiles of 32 columns per block of the
   # 264): time in proportion to the bytes says the stream is DRAM-bound, in proportion to the
   # most tiles a block takes says each block's consumers set the pace. About 4 minutes.

@@ -2,11 +2,11 @@
 # kiln-bench on the fake driver and the fake cuBLAS (tests/fake: KILN_LIBCUDA and
 # KILN_BENCH_CUBLAS set by CTest), so that the benchmarks' code (matmul and int8 with the paired
 # timing, int8 with scale vectors, attention without a peer, int4 and qkv paired at one shape each,
-# --batch-us on two of them: ~20 s apiece, as they first time a 512 MiB copy, which the fake makes in host memory) runs in CI
-# before it runs on a GPU. Nothing is computed there, so kiln's results fail their checks
-# (exit 1) and the times mean nothing; what must hold: every measurement reaches its report
-# (no crash, exit 0 or 1), --paired rows say how many rounds they paired, and the JSON parses
-# with those rounds in it.
+# --batch-us on two of them: ~20 s apiece, as they first time a 512 MiB copy, which the fake makes
+# in host memory) runs in CI before it runs on a GPU. Nothing is computed there, so kiln's results
+# fail their checks (exit 1) and the times mean nothing; what must hold: every measurement
+# reaches its report (no crash, exit 0 or 1), --paired rows say how many rounds they paired, the
+# JSON parses with those rounds in it, and a --batch-us out of range is refused.
 #   check_bench.sh KILN_BENCH
 set -u
 bench=$1
