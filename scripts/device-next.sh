@@ -38,10 +38,10 @@
 #                    interleaved twice, paired once (3 min)
 #   state HEAD       main against SDPA (attention --quick), cuBLAS (matmul paired 1024-8192^3)
 #                    and cuBLASLt (int8 paired 4096^3) in one call (4 min)
-#   readfloor HEAD   issues 5 and 6: scripts/probes/read_floor.cu (the fastest read of the decode
+#   readfloor HEAD   (done 2026-12-07 on an H100; the H200's is still to run) issues 5 and 6: scripts/probes/read_floor.cu (the fastest read of the decode
 #                    rows' weight bytes, timed as kiln-bench times them) beside kiln-bench int4
 #                    and qkv at M = 1 and 16 (about 3 minutes)
-#   decodebatch HEAD issues 5 and 6: int4 and qkv at M = 1 with --batch-us 20 and 200, unpaired and
+#   decodebatch HEAD (done 2026-12-07 on an H100) issues 5 and 6: int4 and qkv at M = 1 with --batch-us 20 and 200, unpaired and
 #                    paired, and int4 at K = 8192 with N giving 3, 3.39 and 4 tiles a block (4 min)
 #   accept HEAD      issues 4 and 8's acceptance on main's build (H200 wanted), least verified first:
 #                    test_gpu_matmul, memcheck of its ragged, batched, backward and tile-width tests,
