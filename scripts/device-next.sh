@@ -1224,10 +1224,8 @@ readfloor)
   done
   for m in 1 16; do
     more "decode m $m" || break
-    timeout 120 "$H/tools/kiln-bench" int4 --m $m >"$L/int4-m$m.txt" 2>&1
-    grep -E '^matmul_int4 ' "$L/int4-m$m.txt"
-    timeout 120 "$H/tools/kiln-bench" qkv --m $m >"$L/qkv-m$m.txt" 2>&1
-    grep -E '^qkv_' "$L/qkv-m$m.txt"
+    bench_run "int4-m$m" "$H" '^matmul_int4 ' int4 --m $m
+    bench_run "qkv-m$m" "$H" '^qkv_' qkv --m $m
     pack
   done
   ;;
@@ -1243,19 +1241,15 @@ decodebatch)
   for b in 20 200; do
     for p in "" --paired; do
       more "decode batch $b $p" || break
-      f="$L/int4-b$b${p}.txt"
-      timeout 120 "$H/tools/kiln-bench" int4 --m 1 --batch-us $b $p >"$f" 2>&1
-      grep -E '^matmul_int4 ' "$f" | sed "s|^|b$b ${p:-unpaired}: |"
-      f="$L/qkv-b$b${p}.txt"
-      timeout 120 "$H/tools/kiln-bench" qkv --m 1 --batch-us $b $p >"$f" 2>&1
-      grep -E '^qkv_' "$f" | sed "s|^|b$b ${p:-unpaired}: |"
+      bench_run "int4-b$b${p:-unpaired}" "$H" '^matmul_int4 ' int4 --m 1 --batch-us $b $p
+      bench_run "qkv-b$b${p:-unpaired}" "$H" '^qkv_' qkv --m 1 --batch-us $b $p
       pack
     done
   done
-  for n in 25344 28672 33792 25344 28672 33792; do
-    more "int4 8192x$n" || break
-    timeout 60 "$H/tools/kiln-bench" int4 --m 1 --shape 8192x$n --batch-us 200 >"$L/tiles-$n.txt" 2>&1
-    grep -E '^matmul_int4 ' "$L/tiles-$n.txt" | sed "s|^|tiles: |"
+  for pass in 1 2; do
+    for n in 25344 28672 33792; do
+      more "int4 8192x$n" && bench_run "tiles-$n-$pass" "$H" '^matmul_int4 ' int4 --m 1 --shape 8192x$n --batch-us 200
+    done
   done
   pack
   ;;
