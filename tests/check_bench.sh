@@ -1,7 +1,7 @@
 #!/bin/sh
 # kiln-bench on the fake driver and the fake cuBLAS (tests/fake: KILN_LIBCUDA and
 # KILN_BENCH_CUBLAS set by CTest), so that the benchmarks' code (matmul and int8 with the paired
-# timing, int8 with scale vectors, attention without a peer, int4 and qkv paired at one shape each,
+# timing, int8 with scale vectors, attention without a peer (both backward modes), int4 and qkv paired at one shape each,
 # --batch-us on two of them: ~20 s apiece, as they first time a 512 MiB copy, which the fake makes
 # in host memory) runs in CI before it runs on a GPU. Nothing is computed there, so kiln's results
 # fail their checks (exit 1) and the times mean nothing; what must hold: every measurement
@@ -25,7 +25,7 @@ run int8 int8 --shape 128x96x64 --algo all --paired --reps 4
 run int8s int8 --shape 128x96x64 --algo all --scales both --reps 2 --batch-us 200
 run int4 int4 --shape 4096x4096 --m 1024 --algo prefill --paired --reps 2
 run qkv qkv --m 16 --only int4 --paired --reps 2 --batch-us 200
-run attention attention --seq 2048 --head-dim 64 --dtype f16 --causal 1 --algo all --reps 2
+run attention attention --seq 2048 --head-dim 64 --dtype f16 --causal 1 --algo all --deterministic all --reps 2
 run attention256 attention --seq 1024 --head-dim 256 --dtype bf16 --causal 0 --algo all --reps 2
 grep -q "^peer: cuBLAS 13.0.0" "$tmp/matmul.txt" || fail "the fake cuBLAS was not loaded"
 "$bench" int4 --batch-us 0 >"$tmp/batch0.txt" 2>&1
@@ -42,7 +42,9 @@ rows=$(grep -c "paired: 2 rounds" "$tmp/int4.txt")
 rows=$(grep -c "paired: 2 rounds" "$tmp/qkv.txt")
 [ "$rows" -eq 6 ] || fail "qkv: $rows paired rows, expected 6 (3 shapes x against cuBLAS, against 3 calls)"
 rows=$(grep -c "^attention" "$tmp/attention.txt")
-[ "$rows" -eq 6 ] || fail "attention: $rows rows, expected 6 (forward, forward + backward x 3 algos)"
+[ "$rows" -eq 9 ] || fail "attention: $rows rows, expected 9 (forward, forward + backward twice x 3 algos)"
+rows=$(grep -c "^attention fwd+bwd.* det " "$tmp/attention.txt")
+[ "$rows" -eq 3 ] || fail "attention --deterministic all: $rows deterministic rows, expected 3"
 rows=$(grep -c "^attention" "$tmp/attention256.txt")
 [ "$rows" -eq 4 ] || fail "attention D = 256: $rows rows, expected 4 (forward, forward + backward x MMA_SYNC, WGMMA)"
 "$bench" attention --paired >"$tmp/refused.txt" 2>&1 && fail "attention accepted --paired, which it does not implement"

@@ -248,7 +248,7 @@ struct bench_row {
   char op[24];
   char shape[48];
   char dtype[24];
-  char algo[24];
+  char algo[32]; /* e.g. "flash mma_sync causal m192 det" */
   bench_unit unit;
   double work;                    /* FLOPs (TFLOPS) or bytes moved (GBPS) per call */
   bench_timing kiln;              /* median_us NaN when kiln did not run */

@@ -30,6 +30,8 @@ const char bench_attention_usage[] =
     "  --tile-m 128|192       with --algo wgmma: opts.tile_m, the query rows per block of the sm_90a forward\n"
     "                         and the backward's dQ kernel (192 only at D = 64; D = 128 rows keep the\n"
     "                         default), for A/B runs in one call\n"
+    "  --deterministic 0|1|all  opts.deterministic of the forward + backward rows (default 0; 1: the rows say\n"
+    "                         \"det\"; all: both, for A/B runs of the fused backward in one call)\n"
     "  --seq S                a sequence length instead of the default list (repeatable, up to 8; B = 16384 / S\n"
     "                         rounded down, at least 1)\n"
     "  --peer FILE            peer times from scripts/bench_sdpa.py (lines: S D causal dtype fwd_us fwdbwd_us)\n" BENCH_COMMON_USAGE;
@@ -40,6 +42,7 @@ typedef struct attn_opts {
   int causal_lo, causal_hi;
   int d_lo, d_hi; /* head dims [64, 128, 256][d_lo..d_hi] */
   int tile_m;     /* opts.tile_m for the FLASH_WGMMA rows (0: kiln's choice) */
+  int det_lo, det_hi; /* opts.deterministic of the forward + backward rows */
   kiln_attention_algo algos[3];
   int n_algos; /* 0: all the device runs */
   const char *peer_path;
@@ -138,7 +141,7 @@ static const char *algo_label(kiln_attention_algo a) {
 }
 
 static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtype dt, const peer_time *peers,
-                    int n_peers, const kiln_attention_algo *algos, int n_algos, int tile_m) {
+                    int n_peers, const kiln_attention_algo *algos, int n_algos, int tile_m, int det_lo, int det_hi) {
   const int64_t B = S < 16384 ? 16384 / S : 1, H = 2048 / D, count = B * H * S * D;
   const size_t bytes = (size_t)count * bench_dtype_size(dt);
   CUdeviceptr buf[8] = {0}, lse = 0, ws = 0; /* q k v o dout dq dk dv */
@@ -153,7 +156,7 @@ static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtyp
   for (int i = 0; i < 8; i++) *t[i] = (DLTensor){(void *)(uintptr_t)buf[i], dev, 4, bench_dtype_dl(dt), c.shape, NULL, 0};
   c.lse = (DLTensor){(void *)(uintptr_t)lse, dev, 3, (DLDataType){kDLFloat, 32, 1}, c.lse_shape, NULL, 0};
   c.opts = kiln_attention_opts_default();
-  c.opts.causal = causal;
+  c.opts.causal = causal; /* deterministic 0, tile_m 0: the largest workspace any row below takes */
   if (kiln_attention_backward_workspace_size(env->ctx, &c.q, &c.k, &c.v, &c.o, &c.lse, &c.dout, &c.dq, &c.dk, &c.dv,
                                              &c.opts, &c.ws_bytes) != KILN_OK) {
     fprintf(stderr, "kiln-bench attention: %s\n", kiln_last_error());
@@ -176,8 +179,14 @@ static int run_case(bench_env *env, int64_t S, int64_t D, int causal, bench_dtyp
     if (c.opts.tile_m) snprintf(tile_s, sizeof tile_s, " m%d", c.opts.tile_m);
     snprintf(algo_s, sizeof algo_s, "%s%s%s", algo_label(algos[a]), causal ? " causal" : "", tile_s);
     if ((rc = time_row(env, attn_call_fn, &c, "attention", shape_s, dt, algo_s, flops, pt ? pt->us : NAN))) break;
-    rc = time_row(env, attn_fwdbwd_fn, &c, "attention fwd+bwd", shape_s, dt, algo_s, 3.5 * flops,
-                  pt ? pt->bwd_us : NAN);
+    for (int det = det_lo; det <= det_hi && !rc; det++) {
+      char bwd_s[40];
+      snprintf(bwd_s, sizeof bwd_s, "%s%s", algo_s, det ? " det" : "");
+      c.opts.deterministic = det;
+      rc = time_row(env, attn_fwdbwd_fn, &c, "attention fwd+bwd", shape_s, dt, bwd_s, 3.5 * flops,
+                    pt ? pt->bwd_us : NAN);
+    }
+    c.opts.deterministic = 0;
   }
 done:
   for (int i = 0; i < 8; i++) bench_free(env, buf[i]);
@@ -218,6 +227,9 @@ int bench_attention_main(int argc, char **argv) {
       o.d_hi = !strcmp(v, "64") ? 0 : !strcmp(v, "256") ? 2 : 1;
     } else if (!strcmp(a, "--tile-m") && v && (!strcmp(v, "128") || !strcmp(v, "192"))) {
       o.tile_m = atoi(v);
+    } else if (!strcmp(a, "--deterministic") && v && (!strcmp(v, "0") || !strcmp(v, "1") || !strcmp(v, "all"))) {
+      o.det_lo = !strcmp(v, "1");
+      o.det_hi = strcmp(v, "0") ? 1 : 0;
     } else if (!strcmp(a, "--seq") && v && o.n_seq < 8 && atoll(v) >= 1 && atoll(v) <= (1 << 20)) {
       o.seq[o.n_seq++] = atoll(v);
     } else if (!strcmp(a, "--peer") && v) {
@@ -249,7 +261,8 @@ int bench_attention_main(int argc, char **argv) {
     for (int ci = o.causal_lo; ci <= o.causal_hi && !dead; ci++)
       for (int t = 0; t < o.n_dtypes && !dead; t++)
         for (int si = 0; si < n_s && !dead; si++)
-          dead = run_case(&env, ss[si], 64 << di, ci, o.dtypes[t], peers, n_peers, algos, n_algos, o.tile_m) < 0;
+          dead = run_case(&env, ss[si], 64 << di, ci, o.dtypes[t], peers, n_peers, algos, n_algos, o.tile_m, o.det_lo,
+                          o.det_hi) < 0;
   if (dead) fprintf(stderr, "kiln-bench attention: stopping: the device reported an error (see above)\n");
   return bench_env_close(&env);
 }
