@@ -607,12 +607,16 @@ typedef struct kiln_attention_opts {
   float scale;              /* multiplies Q·Kᵀ; 0 (the default) means 1/sqrt(D); else finite and > 0 */
   int causal;               /* 0 or 1, see above */
   int deterministic;        /* 0 or 1 (checked by the forward too); backward: 1 = the same bits on
-                             * every run (no atomics). The CPU path is deterministic either way. */
+                             * every run (no atomics); 0 lets a library built with the fused sm_90
+                             * backward (KILN_ATTN_BWD_FUSED=1, not the default yet) sum dQ by L2
+                             * reductions at head dims <= 128, whose order varies (dQ may differ in
+                             * its last bits between runs). The CPU path is deterministic either
+                             * way. */
   int tile_m;               /* 0: the query tile chosen per problem (default). With algo
                              * FLASH_WGMMA, 128 or 192 forces the query rows per block of the sm_90a
                              * forward and of the backward's dQ kernel (192: their wide
-                             * configurations, head dims <= 64 only), for tests and tuning; other
-                             * algos take only 0. */
+                             * configurations, head dims <= 64 only; the backward then takes its
+                             * two-kernel path), for tests and tuning; other algos take only 0. */
 } kiln_attention_opts;
 
 KILN_API kiln_attention_opts kiln_attention_opts_default(void);
@@ -626,10 +630,14 @@ KILN_API kiln_status kiln_attention(kiln_context *ctx, const DLTensor *q, const 
  * and dO (o's shape; f32, f16 or bf16). dq/dk/dv have the shapes of q/k/v (f32 or the inputs'
  * dtype); any may be NULL to skip, not all three. For GQA, dK and dV sum over the Hq / Hkv
  * query heads of each group. GPU (FLASH, from the kernel family the forward chooses): fp32
- * accumulation, deterministic whatever opts->deterministic says (no atomics); the workspace
- * (size query; 256-byte aligned) holds f32 per-row dO·O and, for the tensor-core kernels when dO
- * is not of q's dtype or not 16-byte aligned with a contiguous head dimension or repeats rows
- * with a zero stride, a converted copy of dO. */
+ * accumulation, deterministic (no atomics), except in a library built with the fused sm_90
+ * backward (KILN_ATTN_BWD_FUSED=1, not the default yet) where opts->deterministic is 0 and
+ * opts->tile_m 0 at head dims <= 128 with dq and dk or dv asked for: there one kernel computes all
+ * three and sums dQ in f32 by L2 reductions. The workspace (size query, which depends on opts;
+ * 256-byte aligned) holds f32 per-row dO·O, for the tensor-core kernels when dO is not of q's
+ * dtype or not 16-byte aligned with a contiguous head dimension or repeats rows with a zero
+ * stride a converted copy of dO, and for that fused backward an f32 dQ accumulator (32 KB per
+ * 8192 / D padded to 64 or 128 query rows of each head). */
 KILN_API kiln_status kiln_attention_backward_workspace_size(kiln_context *ctx, const DLTensor *q, const DLTensor *k,
                                                             const DLTensor *v, const DLTensor *o,
                                                             const DLTensor *lse, const DLTensor *dout,

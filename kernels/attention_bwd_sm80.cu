@@ -79,6 +79,14 @@ __device__ __forceinline__ void delta_rows(const kiln_attn_args &p) {
 #pragma unroll
   for (int off = KILN_ATTN_DELTA_LANES / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (valid && g == 0) p.delta[row] = acc;
+  /* the fused backward's dQ accumulator (kiln_abi.h): this block's share of its head's plane */
+  if (p.dq_acc) {
+    const int rows = KILN_ATTN_DQ_ACC_ROWS(KILN_ATTN_DQ_ACC_DP(p.d));
+    const int64_t plane4 = (int64_t)((p.sq + rows - 1) / rows) * (KILN_ATTN_DQ_ACC_BLOCK / 4);
+    float4 *z = reinterpret_cast<float4 *>(p.dq_acc) + ((int64_t)b * p.hq + h) * plane4;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < plane4; i += (int64_t)gridDim.x * blockDim.x)
+      z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 }
 
 /* 2. dK and dV of KV_BN keys (16 per warp) and KV_DO columns, summed over the group's heads. */

@@ -152,7 +152,23 @@ __device__ __forceinline__ void dkdv_roles(const kiln_attn_args &p, uint8_t *sk,
 }
 #endif
 
-template <bool BF16, int DP>
+/* DQ: the fused backward (kiln_abi.h, KILN_ATTN_BWD_FUSED; D = 64 and 128): each step also
+ * computes dQ_step = dS·K over the block's 128 keys and adds it to p.dq_acc. Per step, after dK's
+ * product:
+ *   1. both warpgroups write their dSᵀ fragments (16-bit, as dK's product takes them) into the
+ *      dSᵀ tile, [128 keys][BM queries] as BM / 64 boxes of 64 queries in the 128-byte swizzle;
+ *   2. barrier; warpgroup w computes a 64 x 64 part of dQ_step = dS·K by wgmma with A = a box of
+ *      the tile read m-major (the transpose flag) and B = a box of K n-major, as the dQ kernel's
+ *      dS·K, k16 step kk over keys 16kk ..: at D = 64 rows 64w .. (box w of dSᵀ, K's one box),
+ *      at D = 128 columns 64w .. (dSᵀ's one box, box w of K);
+ *   3. once every product of the step retired, dQ_step goes into the f32 staging tile in
+ *      fragment order (float4 stores, consecutive threads consecutive addresses), and after the
+ *      next step's statistics barrier one thread hands the whole 32 KB block to the L2 as one
+ *      bulk reduction (cp.reduce.async.bulk add.f32), which runs under that step's products.
+ * The staging tile is written again only after that thread saw the reduction's reads finish
+ * (bulk_wait_read before barrier 2), and the dSᵀ tile only after both warpgroups' dS·K retired
+ * (the statistics barrier at the top of the step follows each warpgroup's wgmma_wait<0>). */
+template <bool BF16, int DP, bool DQ>
 __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtensorMap *map_q, const CUtensorMap *map_k,
                                           const CUtensorMap *map_v, const CUtensorMap *map_do) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -162,11 +178,18 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
   static_assert(KILN_ATTN_WG_KV_SMEM_BYTES(DP) >= 2 * FIXED + RING + 1024 + (1 + 3 * STAGES) * 8 + 4 * BM * 4 +
                                                      KILN_ATTN_WG_KV_XCH_BYTES(DP),
                 "smem budget");
+  /* the fused kernel's dSᵀ and dQ staging tiles, 1024-aligned after the statistics */
+  constexpr int DS_AT = (2 * FIXED + RING + (1 + 3 * STAGES) * 8 + 4 * BM * 4 + 1023) / 1024 * 1024;
+  static_assert(!DQ || (DP <= 128 && BN == 128 && BM == KILN_ATTN_DQ_ACC_ROWS(DP) &&
+                        KILN_ATTN_WG_KVQ_SMEM_BYTES(DP) >= 1024 + DS_AT + BN * BM * 2 + KILN_ATTN_DQ_ACC_BLOCK * 4),
+                "the fused backward: 128 keys and a dQ block of rows a step, smem budget");
   extern __shared__ uint8_t smem_raw[];
   uint8_t *sk = smem_base(smem_raw), *sv = sk + FIXED, *ring = sk + 2 * FIXED; /* slot s: Q, then dO */
   uint64_t *kv_full = (uint64_t *)(ring + RING), *q_full = kv_full + 1, *do_full = q_full + STAGES,
            *empty = do_full + STAGES;
   float *stats = (float *)(empty + STAGES); /* [2 buffers][lse2, delta][BM] */
+  uint8_t *sds = sk + DS_AT;                 /* DQ: dSᵀ, BM / 64 boxes [BN keys][64 queries] */
+  float *sdq = (float *)(sds + BN * BM * 2); /* DQ: dQ_step, fragment order */
 
   const int wg = warpgroup_index(), t = threadIdx.x % 128;
   const int k0 = blockIdx.x * BN, hk = blockIdx.y, b = blockIdx.z, group = p.hq / p.hkv, shift = p.sk - p.sq;
@@ -179,8 +202,11 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
    * start on the SMs this grid's last wave leaves idle; a no-op otherwise */
   if (threadIdx.x == 0) pdl_launch_dependents();
 
+  /* the fused kernel's consumers hold dS·K's operand addresses and the reduction's state on top:
+   * 240 registers (24 for the producer, as the wide dQ kernel's) keep its bf16 build from spilling */
+  constexpr int CONSUMER_REGS = DQ ? 240 : 232;
   if (wg == 0) { /* producer */
-    producer_registers();
+    producer_registers<DQ ? 24 : 40>();
     if (t == 0)
       produce<DP, BN, BM, STAGES, 2>(sk, map_k, map_v, k0, hk, b, kv_full, ring, map_q, map_do, q_full, do_full, empty,
                                      steps, [&](int step, int &row, int &head) {
@@ -192,7 +218,7 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
     dkdv_roles<BF16, DP, BM, STAGES>(p, sk, sv, ring, kv_full, stats, (uint32_t *)(stats + 4 * BM), wg - 1, k0, hk,
                                      b, group, per_head, qb_first, steps, shift);
   } else { /* consumers */
-    consumer_registers();
+    consumer_registers<CONSUMER_REGS>();
     const int cw = wg - 1, ct = threadIdx.x - 128, warp = t / 32, lane = t % 32;
     float dk[DP / 2], dv[DP / 2], st[BM / 2], dpt[BM / 2];
     auto &dk4 = *reinterpret_cast<float(*)[DP / 8][4]>(dk);
@@ -204,6 +230,13 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
     const float sl2 = p.scale * LOG2E;
     const int key0 = k0 + 64 * cw + 16 * warp + lane / 4; /* this lane's keys: key0, key0 + 8 */
     uint8_t *skw = sk + cw * 64 * 128, *svw = sv + cw * 64 * 128;
+    /* DQ: the f32 dQ block of a step (its head and BM query rows) in p.dq_acc */
+    const int nqb = (p.sq + BM - 1) / BM;
+    float *const dq0 = DQ ? p.dq_acc + (((int64_t)b * p.hq + hk * group) * nqb + qb_first) * KILN_ATTN_DQ_ACC_BLOCK
+                          : nullptr;
+    auto dq_block = [&](int step) {
+      return dq0 + (int64_t)((step / per_head) * nqb + step % per_head) * KILN_ATTN_DQ_ACC_BLOCK;
+    };
     mbar_wait(kv_full, 0);
     for (int step = 0; step < steps; step++) {
       const int s = step % STAGES, h = hk * group + step / per_head, q0 = (qb_first + step % per_head) * BM;
@@ -225,6 +258,11 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
         delta[ct - BM] = row_delta(p, b, h, row);
       }
       consumers_sync();
+      /* DQ: the previous step's dQ block, staged by both warpgroups before this barrier */
+      if (DQ && ct == 0 && step > 0) {
+        bulk_reduce_add_f32(dq_block(step - 1), sdq, KILN_ATTN_DQ_ACC_BLOCK * 4);
+        bulk_commit();
+      }
       wgmma_wait<1>();
 
       scores_to_p<BM, BN>(st4, lse2, p, key0, k0, q0, shift, sl2, lane); /* Pᵀ in place */
@@ -254,8 +292,50 @@ __device__ __forceinline__ void dkdv_sm90(const kiln_attn_args &p, const CUtenso
 #pragma unroll
       for (int kk = 0; kk < BM / 16; kk++) wgmma_rs_m64k16<DP, BF16, 1>(dk, ads[kk], nmajor_desc<BM>(sqt, kk));
       wgmma_commit();
-      wgmma_wait<0>();
-      if (t == 0) mbar_arrive(&empty[s]);
+      if constexpr (DQ) {
+        /* 1. this warpgroup's dSᵀ rows (keys 64cw + 16warp + lane/4 (+8)) into the tile: word
+         * (key, queries 2c, 2c + 1) at box c / 32, unit ((c % 32) / 4) ^ (key % 8) of the key's
+         * 128-byte row (store_staged's pattern: eight rows x four lanes, no bank conflicts) */
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++)
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            const int key = 64 * cw + 16 * warp + lane / 4 + 8 * (i & 1), q = 16 * kk + 8 * (i >> 1) + 2 * (lane % 4);
+            *reinterpret_cast<uint32_t *>(sds + (q / 64) * BN * 128 + key * 128 + ((((q % 64) / 8) ^ (key % 8)) * 16) +
+                                          (q % 8) * 2) = ads[kk][i];
+          }
+        fence_proxy_async(); /* visible to the wgmma reads below */
+        if (ct == 0 && step > 0) bulk_wait_read<0>(); /* the previous dQ block has left sdq */
+        consumers_sync();
+        /* 2. this warpgroup's 64 x 64 part of dQ_step = dS·K (dq: the dQ kernel's accumulator layout) */
+        float dq[32];
+        const uint8_t *dsa = sds + (DP == 64 ? cw : 0) * BN * 128, *kb = sk + (DP == 64 ? 0 : cw) * BN * 128;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+          wgmma_m64k16<64, BF16, 1, 1>(dq, nmajor_desc<BN>(dsa, kk), nmajor_desc<BN>(kb, kk), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (t == 0) mbar_arrive(&empty[s]);
+        /* 3. into the staging tile, fragment order; reduced after the next statistics barrier */
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          *reinterpret_cast<float4 *>(sdq + ((cw * 8 + k) * 128 + t) * 4) =
+              make_float4(dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
+        fence_proxy_async();
+      } else {
+        wgmma_wait<0>();
+        if (t == 0) mbar_arrive(&empty[s]);
+      }
+    }
+    if constexpr (DQ) {
+      /* the last step's dQ block; and every warpgroup's dS·K has read K before dK is staged there */
+      consumers_sync();
+      if (ct == 0 && steps > 0) {
+        bulk_reduce_add_f32(dq_block(steps - 1), sdq, KILN_ATTN_DQ_ACC_BLOCK * 4);
+        bulk_commit();
+        bulk_wait<0>();
+      }
     }
     /* dK·scale and dV through this warpgroup's rows of the K and V tiles */
     const int r0 = k0 + 64 * cw;
@@ -374,33 +454,55 @@ __device__ __forceinline__ void dq_sm90(const kiln_attn_args &p, const CUtensorM
 #endif
 }
 
+/* dQ = scale · dq_acc (the fused backward's accumulator, kiln_abi.h) for one block of its rows
+ * of one head: thread w·128 + t reads its float4s in the order the fused kernel's thread t of
+ * warpgroup w staged them and stores them as that thread's accumulator (store_rows, predicated
+ * on rows < Sq and columns < D): rows from 64w at D = 64, columns from 64w at D = 128. */
+__device__ __forceinline__ void dq_convert(const kiln_attn_args &p) {
+  const int w = threadIdx.x / 128, t = threadIdx.x % 128, qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int dp = KILN_ATTN_DQ_ACC_DP(p.d), rows = KILN_ATTN_DQ_ACC_ROWS(dp), nqb = (p.sq + rows - 1) / rows;
+  const float4 *src = reinterpret_cast<const float4 *>(p.dq_acc + (((int64_t)b * p.hq + h) * nqb + qb) *
+                                                                      KILN_ATTN_DQ_ACC_BLOCK) +
+                      w * 8 * 128 + t;
+  float acc[8][4];
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const float4 v = src[k * 128];
+    acc[k][0] = v.x, acc[k][1] = v.y, acc[k][2] = v.z, acc[k][3] = v.w;
+  }
+  store_rows<8>(acc, p.dq, b * p.dq_bs + h * p.dq_hs, p.dq_ss, p.dq_ds, p.dq_dtype,
+                qb * rows + (dp == 64 ? 64 * w : 0) + 16 * (t / 32), p.sq, dp == 64 ? 0 : 64 * w, p.d, p.scale,
+                t % 32);
+}
+
 } /* namespace attn */
 } /* namespace kiln */
 
-/* Both kernels take the same four maps; their boxes differ (dK/dV: K, V 128 rows, Q, dO BM;
- * dQ: Q, dO 128 rows, K, V WG_DQ_BN). */
+/* Every backward kernel here takes the args and the same four maps; their boxes differ (dK/dV and
+ * fused: K, V 128 rows, Q, dO BM; dQ: Q, dO 128 rows, K, V WG_DQ_BN). */
+#define KILN_ATTN_BWD_MAPS_ENTRY(name, threads)                                                                \
+  extern "C" __global__ void __launch_bounds__(threads, 1)                                                     \
+      name(const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                               \
+           const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,               \
+           const __grid_constant__ CUtensorMap map_do)
 #define KILN_ATTN_WG_BWD_ENTRIES(dt, bf16, dp)                                                                 \
-  extern "C" __global__ void __launch_bounds__(KILN_ATTN_WG_THREADS, 1) kiln_attn_bwd_dkdv_wgmma_##dt##_d##dp( \
-      const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                                    \
-      const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,                    \
-      const __grid_constant__ CUtensorMap map_do) {                                                            \
-    kiln::attn::dkdv_sm90<bf16, dp>(args, &map_q, &map_k, &map_v, &map_do);                                    \
+  KILN_ATTN_BWD_MAPS_ENTRY(kiln_attn_bwd_dkdv_wgmma_##dt##_d##dp, KILN_ATTN_WG_THREADS) {                      \
+    kiln::attn::dkdv_sm90<bf16, dp, false>(args, &map_q, &map_k, &map_v, &map_do);                             \
   }                                                                                                            \
-  extern "C" __global__ void __launch_bounds__(KILN_ATTN_WG_THREADS, 1) kiln_attn_bwd_dq_wgmma_##dt##_d##dp(   \
-      const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                                    \
-      const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,                    \
-      const __grid_constant__ CUtensorMap map_do) {                                                            \
+  KILN_ATTN_BWD_MAPS_ENTRY(kiln_attn_bwd_dq_wgmma_##dt##_d##dp, KILN_ATTN_WG_THREADS) {                        \
     kiln::attn::dq_sm90<bf16, dp, 2, KILN_ATTN_WG_DQ_BN(dp), KILN_ATTN_WG_DQ_SMEM_BYTES(dp)>(args, &map_q, &map_k, \
                                                                                           &map_v, &map_do);   \
   }
 /* the wide D = 64 dQ kernel (kiln_abi.h WD_DQ_*) */
 #define KILN_ATTN_WD_DQ_ENTRY(dt, bf16)                                                                        \
-  extern "C" __global__ void __launch_bounds__(KILN_ATTN_WD_THREADS, 1) kiln_attn_bwd_dq_wide_##dt##_d64(      \
-      const kiln_attn_args args, const __grid_constant__ CUtensorMap map_q,                                    \
-      const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,                    \
-      const __grid_constant__ CUtensorMap map_do) {                                                            \
+  KILN_ATTN_BWD_MAPS_ENTRY(kiln_attn_bwd_dq_wide_##dt##_d64, KILN_ATTN_WD_THREADS) {                           \
     kiln::attn::dq_sm90<bf16, 64, 3, KILN_ATTN_WD_DQ_BN, KILN_ATTN_WD_DQ_SMEM_BYTES>(args, &map_q, &map_k, &map_v, \
                                                                                    &map_do);                  \
+  }
+/* the fused backward (kiln_abi.h KILN_ATTN_BWD_FUSED): the dK/dV kernel's maps and grid */
+#define KILN_ATTN_FUSED_BWD_ENTRY(dt, bf16, dp)                                                                \
+  KILN_ATTN_BWD_MAPS_ENTRY(kiln_attn_bwd_fused_##dt##_d##dp, KILN_ATTN_WG_THREADS) {                           \
+    kiln::attn::dkdv_sm90<bf16, dp, true>(args, &map_q, &map_k, &map_v, &map_do);                              \
   }
 KILN_ATTN_WG_BWD_ENTRIES(f16, false, 64)
 KILN_ATTN_WG_BWD_ENTRIES(f16, false, 128)
@@ -410,3 +512,10 @@ KILN_ATTN_WG_BWD_ENTRIES(f16, false, 256)
 KILN_ATTN_WG_BWD_ENTRIES(bf16, true, 256)
 KILN_ATTN_WD_DQ_ENTRY(f16, false)
 KILN_ATTN_WD_DQ_ENTRY(bf16, true)
+KILN_ATTN_FUSED_BWD_ENTRY(f16, false, 64)
+KILN_ATTN_FUSED_BWD_ENTRY(f16, false, 128)
+KILN_ATTN_FUSED_BWD_ENTRY(bf16, true, 64)
+KILN_ATTN_FUSED_BWD_ENTRY(bf16, true, 128)
+extern "C" __global__ void __launch_bounds__(256) kiln_attn_bwd_dq_convert(const kiln_attn_args args) {
+  kiln::attn::dq_convert(args);
+}

@@ -112,6 +112,13 @@ KILN_DEVICE void tma_store(const CUtensorMap *map, const void *src, int c0, int 
                  "r"(smem_u32(src)), "r"(c0), "r"(c1)
                  : "memory");
 }
+/* dst[i] += src[i] for the `bytes` (a multiple of 16, both 16-byte aligned) of f32 at src in
+ * shared memory, done by the L2 (a bulk group of the issuing thread, as tma_store). */
+KILN_DEVICE void bulk_reduce_add_f32(float *dst, const void *src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(smem_u32(src)), "r"(bytes)
+               : "memory");
+}
 KILN_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 template <int N>
 KILN_DEVICE void bulk_wait_read() {

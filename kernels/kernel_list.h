@@ -38,8 +38,8 @@
   X(KILN_K_ATTN_FWD_##dt##_D64, "kiln_attn_fwd_" #dt "_d64", "attention_sm80")     \
   X(KILN_K_ATTN_FWD_##dt##_D128, "kiln_attn_fwd_" #dt "_d128", "attention_sm80")   \
   X(KILN_K_ATTN_FWD_##dt##_D256, "kiln_attn_fwd_" #dt "_d256", "attention_sm80")
-/* Attention backward (FLASH, sm_90a WGMMA): kiln_attn_bwd_{dkdv,dq}_wgmma_<dtype>_d<64, 128, 256>, and
- * the wide D = 64 dQ kernel (kiln_abi.h WD_DQ_*). */
+/* Attention backward (FLASH, sm_90a WGMMA): kiln_attn_bwd_{dkdv,dq}_wgmma_<dtype>_d<64, 128, 256>, the
+ * wide D = 64 dQ kernel (kiln_abi.h WD_DQ_*) and the fused backward (KILN_ATTN_BWD_FUSED) at 64, 128. */
 #define KILN_ATTN_WG_BWD_KERNELS_FOR(X, dt)                                                                    \
   X(KILN_K_ATTN_BWD_DKDV_WG_##dt##_D64, "kiln_attn_bwd_dkdv_wgmma_" #dt "_d64", "attention_bwd_sm90")         \
   X(KILN_K_ATTN_BWD_DKDV_WG_##dt##_D128, "kiln_attn_bwd_dkdv_wgmma_" #dt "_d128", "attention_bwd_sm90")       \
@@ -47,7 +47,9 @@
   X(KILN_K_ATTN_BWD_DQ_WG_##dt##_D64, "kiln_attn_bwd_dq_wgmma_" #dt "_d64", "attention_bwd_sm90")             \
   X(KILN_K_ATTN_BWD_DQ_WG_##dt##_D128, "kiln_attn_bwd_dq_wgmma_" #dt "_d128", "attention_bwd_sm90")           \
   X(KILN_K_ATTN_BWD_DQ_WG_##dt##_D256, "kiln_attn_bwd_dq_wgmma_" #dt "_d256", "attention_bwd_sm90")           \
-  X(KILN_K_ATTN_BWD_DQ_WD_##dt##_D64, "kiln_attn_bwd_dq_wide_" #dt "_d64", "attention_bwd_sm90")
+  X(KILN_K_ATTN_BWD_DQ_WD_##dt##_D64, "kiln_attn_bwd_dq_wide_" #dt "_d64", "attention_bwd_sm90")               \
+  X(KILN_K_ATTN_BWD_FUSED_##dt##_D64, "kiln_attn_bwd_fused_" #dt "_d64", "attention_bwd_sm90")               \
+  X(KILN_K_ATTN_BWD_FUSED_##dt##_D128, "kiln_attn_bwd_fused_" #dt "_d128", "attention_bwd_sm90")
 
 /* Attention forward (FLASH, sm_90a WGMMA): kiln_attn_fwd_wgmma_<dtype>_d<padded head dim 64, 128, 256>. */
 #define KILN_ATTN_WG_KERNELS_FOR(X, dt)                                                          \
@@ -134,6 +136,7 @@
   KILN_ATTN_BWD_KERNELS_FOR(X, bf16)                             \
   KILN_ATTN_WG_BWD_KERNELS_FOR(X, f16)                           \
   KILN_ATTN_WG_BWD_KERNELS_FOR(X, bf16)                          \
+  X(KILN_K_ATTN_BWD_DQ_CONVERT, "kiln_attn_bwd_dq_convert", "attention_bwd_sm90") \
   X(KILN_K_W4A16_DECODE_F16_M8, "kiln_w4a16_decode_f16_m8", "wa16_decode_sm80") \
   X(KILN_K_W4A16_DECODE_F16_M16, "kiln_w4a16_decode_f16_m16", "wa16_decode_sm80") \
   X(KILN_K_W4A16_DECODE_BF16_M8, "kiln_w4a16_decode_bf16_m8", "wa16_decode_sm80") \

@@ -265,9 +265,12 @@ typedef struct kiln_attn_args {
   int32_t in_dtype, o_dtype, do_dtype, dq_dtype, dk_dtype, dv_dtype; /* KILN_DT_* */
   /* GPU backward workspace (src/ops/attention_gpu.c): delta f32 [B·Hq·Sq], row (b, h, s) at
    * (b·hq + h)·sq + s, receives D_i = dO_i · O_i; do_copy, when not NULL, receives dO converted
-   * to in_dtype, compact [B, Hq, Sq, D] (for a dO the MMA kernels cannot read as given). */
+   * to in_dtype, compact [B, Hq, Sq, D] (for a dO the MMA kernels cannot read as given).
+   * dq_acc, when not NULL, is the fused backward's f32 dQ accumulator (KILN_ATTN_DQ_ACC_*): the
+   * delta kernel zeroes it, the fused kernel adds into it, the convert kernel writes dQ from it. */
   float *delta;
   void *do_copy;
+  float *dq_acc;
 } kiln_attn_args;
 
 /* The FLASH forward kernels (kernels/attention_sm80.cu): query tiles of BR rows (128 for head
@@ -442,6 +445,35 @@ typedef struct kiln_attn_args {
   KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WG_BM, KILN_ATTN_WG_DQ_BN(dp), KILN_ATTN_WG_DQ_STAGES(dp), dp)
 #define KILN_ATTN_WD_DQ_SMEM_BYTES \
   KILN_ATTN_WG_BWD_SMEM_BYTES(KILN_ATTN_WD_DQ_BM, KILN_ATTN_WD_DQ_BN, KILN_ATTN_WG_BWD_STAGES, 64)
+/* The fused backward at head dims padded to 64 and 128 (attention_bwd_sm90.cu, dkdv_sm90 with DQ;
+ * non-deterministic): the dK/dV kernel's block (128 keys, WG_KV_BM(dp) query rows a step: 128 at
+ * D = 64, 64 at D = 128) also computes each step's dQ share, dQ_step = dS·K over its 128 keys, and
+ * adds it to an f32 accumulator in the workspace by one bulk reduction (cp.reduce.async.bulk) of
+ * the whole block of DQ_ACC_BLOCK floats; S and dP are computed once, not again by a dQ kernel (5
+ * products of the S² kind instead of 7). The accumulator, dq_acc, is [B·Hq][ceil(Sq / rows)]
+ * [rows x dp] f32 with rows = DQ_ACC_ROWS(dp), each block in the consumers' fragment order: float4
+ * k of thread t of consumer warpgroup w at ((w·8 + k)·128 + t)·4 holds its 64 x 64 accumulator's
+ * fragment k (rows 16(t / 32) + (t % 32) / 4 (+8), columns 8k + 2(t % 4) (+1)), the warpgroups
+ * splitting the block by rows at D = 64 (w's rows from 64w) and by columns at D = 128 (w's columns
+ * from 64w), so that the consumers' stores into the staging tile are free of bank conflicts; the
+ * convert kernel (kiln_attn_bwd_dq_convert, 256 threads a block) reads it in the same order.
+ * Shared memory: the dK/dV kernel's, then (1024-aligned) the dSᵀ tile (128 keys x rows queries,
+ * 16-bit, the A operand of dS·K read m-major) and the f32 staging tile of dQ. KILN_ATTN_BWD_FUSED
+ * 1 takes it where attention_gpu.c's fused_bwd says (KILN_ATTN_BWD_FUSED_D128 0: not at D = 128);
+ * 0, the default, keeps the two-kernel path everywhere: built and compiled without spills
+ * (2026-12-08), not yet run on a GPU (docs/performance.md, "The fused backward"). A build with
+ * KILN_TUNE_DEFS=KILN_ATTN_BWD_FUSED=1 runs it, and its tests follow the setting. */
+#ifndef KILN_ATTN_BWD_FUSED
+#define KILN_ATTN_BWD_FUSED 0
+#endif
+#ifndef KILN_ATTN_BWD_FUSED_D128
+#define KILN_ATTN_BWD_FUSED_D128 1
+#endif
+#define KILN_ATTN_DQ_ACC_BLOCK 8192 /* floats: 128 x 64 or 64 x 128 */
+#define KILN_ATTN_DQ_ACC_ROWS(dp) (KILN_ATTN_DQ_ACC_BLOCK / (dp))
+#define KILN_ATTN_DQ_ACC_DP(d) ((d) <= 64 ? 64 : 128) /* the padded head dim of a fused call's D */
+#define KILN_ATTN_WG_KVQ_SMEM_BYTES(dp) \
+  (KILN_ATTN_WG_KV_SMEM_BYTES(dp) + 1024 + KILN_ATTN_WG_KV_BN(dp) * KILN_ATTN_WG_KV_BM(dp) * 2 + KILN_ATTN_DQ_ACC_BLOCK * 4)
 
 /* The FLASH backward (kernels/attention_bwd_sm80.cu), 4 warps per block each:
  * dK/dV kernel: a block owns KV_BN = 64 keys (16 per warp) and KV_DO(dp) output columns (all of

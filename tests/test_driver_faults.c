@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "kiln_abi.h" /* KILN_ATTN_BWD_FUSED */
 #include "test_util.h"
 
 static const char *fault;
@@ -432,10 +433,13 @@ static void attention_paths(kiln_context *ctx) {
     o.algo = algos[i];
     assert_kiln_ok(kiln_attention(ctx, &t[0], &t[1], &t[2], &t[3], NULL, &o, NULL));
   }
-  /* the backward: delta, then the WGMMA dK/dV and dQ kernels (their four maps); a dO repeated
-   * over the sequence (stride 0, as autograd hands for a sum) is copied into the workspace,
-   * which the size query counts: 256 bytes of delta (2 x 100 rows of f32, rounded up) + 2 x 100
-   * x 64 f16 */
+  /* the backward: delta, then the WGMMA dK/dV and dQ kernels (their four maps), or in a build
+   * with the fused kernel (kiln_abi.h KILN_ATTN_BWD_FUSED) at D = 64 with opts.deterministic 0
+   * that kernel (every algo but MMA_SYNC), whose f32 dQ accumulator (2 heads x one block of
+   * 128 x 64) the size query counts on top of 1024 bytes of delta (2 x 100 rows of f32, rounded
+   * up); a dO repeated over the sequence (stride 0, as autograd hands for a sum) is copied into
+   * the workspace: 2 x 100 x 64 f16 more */
+  const size_t acc = KILN_ATTN_BWD_FUSED ? 2 * 128 * 64 * 4 : 0;
   DLManagedTensorVersioned *lse_buf = empty(ctx, TEST_F32, 2, 100), *ws = empty(ctx, TEST_F32, 2 * 100, 128);
   int64_t lse_shape[3] = {1, 2, 100}, do_strides[4] = {0, 64, 0, 1};
   DLTensor lse = {lse_buf->dl_tensor.data, {kDLCUDA, 0}, 3, TEST_F32, lse_shape, NULL, 0}, dout = t[3];
@@ -445,14 +449,14 @@ static void attention_paths(kiln_context *ctx) {
     o.algo = algos[i];
     assert_kiln_ok(kiln_attention_backward_workspace_size(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &dout, &t[4], &t[5],
                                                           &t[6], &o, &bytes));
-    assert_int_equal(bytes, 1024);
+    assert_int_equal(bytes, 1024 + (algos[i] == KILN_ATTENTION_FLASH_MMA_SYNC ? 0 : acc));
     assert_kiln_ok(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &dout, &t[4], &t[5], &t[6],
                                            ws->dl_tensor.data, bytes, &o, NULL));
   }
   dout.strides = do_strides;
   assert_kiln_ok(kiln_attention_backward_workspace_size(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &dout, &t[4], &t[5],
                                                         &t[6], &o, &bytes));
-  assert_int_equal(bytes, 1024 + 2 * 100 * 64 * 2);
+  assert_int_equal(bytes, 1024 + 2 * 100 * 64 * 2 + acc); /* o.algo SMEM: fused where built */
   assert_kiln_ok(kiln_attention_backward(ctx, &t[0], &t[1], &t[2], &t[3], &lse, &dout, &t[4], &t[5], &t[6],
                                          ws->dl_tensor.data, bytes, &o, NULL));
   kiln_tensor_free(lse_buf), kiln_tensor_free(ws);

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "kiln.h"
+#include "kiln_abi.h" /* KILN_ATTN_BWD_FUSED: whether this build has the fused backward */
 #include "test_util.h"
 
 static kiln_context *g_ctx;
@@ -692,8 +693,10 @@ static int run_bwd_case_tile(const bcase *bc, kiln_attention_algo algo, int tile
   return ok;
 }
 
-/* Each case through both kernel families, as run_case does, and on sm_90 at D <= 64 through the
- * wide dQ kernel too (tile_m 192; tile_m 0 picks it only from 2048 query rows). At D = 256 the
+/* Each case through both kernel families, as run_case does. On sm_90 at D <= 128 tile_m 0 runs the
+ * fused backward in a build with it (kiln_abi.h KILN_ATTN_BWD_FUSED; opts.deterministic is 0;
+ * where dQ and dK or dV are asked for) and tile_m 128 the two-kernel path, at D <= 64 also with the
+ * wide dQ kernel (tile_m 192). At D = 256 the
  * sm_90a dK/dV kernel splits its products between its two consumer warpgroups (P through shared
  * memory): the cases there have several query blocks of 64 per key block (its two exchange
  * buffers reused), causal diagonals, Sq > Sk, GQA and gradient subsets. The test fails, as
@@ -703,6 +706,7 @@ static void check_bwd_cases(const bcase *cs, int n) {
   for (int i = 0; i < n; i++) {
     failures += !run_bwd_case_tile(&cs[i], KILN_ATTENTION_FLASH_MMA_SYNC, 0);
     if (g_wgmma) failures += !run_bwd_case_tile(&cs[i], KILN_ATTENTION_FLASH_WGMMA, 0);
+    if (g_wgmma && cs[i].a.D <= 128) failures += !run_bwd_case_tile(&cs[i], KILN_ATTENTION_FLASH_WGMMA, 128);
     if (g_wgmma && cs[i].a.D <= 64) failures += !run_bwd_case_tile(&cs[i], KILN_ATTENTION_FLASH_WGMMA, 192);
   }
   if (failures) fail_msg("%d of %d cases failed (listed above)", failures, n);
@@ -735,7 +739,7 @@ static void backward_shapes(void **state) {
   (void)state;
   test_seed(22);
   static const int64_t lens[3] = {1, 17, 255};
-  bcase cs[3 * 3 * 2 + 8];
+  bcase cs[3 * 3 * 2 + 9];
   int n = 0;
   for (int a = 0; a < 3; a++)
     for (int b = 0; b < 3; b++)
@@ -751,6 +755,8 @@ static void backward_shapes(void **state) {
   cs[n++] = (bcase){{2, 4, 2, 300, 260, 200, TEST_F16, TEST_F16, 0, 0, 0, 0}, TEST_F16, TEST_F16, 7};
   cs[n++] = (bcase){{1, 4, 1, 200, 330, 256, TEST_BF16, TEST_BF16, 1, 0, 0.05f, 0}, TEST_F32, TEST_BF16, 3};
   cs[n++] = (bcase){{1, 2, 1, 1000, 1000, 64, TEST_F16, TEST_F16, 1, 0, 0, 0}, TEST_F16, TEST_F32, 7};
+  /* the fused backward with dK skipped, D < 64, GQA, Sq > Sk causal */
+  cs[n++] = (bcase){{2, 4, 2, 270, 150, 48, TEST_BF16, TEST_BF16, 1, 0, 0, 0}, TEST_BF16, TEST_F32, 5};
   check_bwd_cases(cs, n);
 }
 
@@ -848,6 +854,45 @@ static void backward_workspace_refused(void **state) {
   t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&lse), t4_free(&dout), t4_free(&dq);
 }
 
+/* The fused sm_90 backward (in a build with KILN_ATTN_BWD_FUSED; deterministic 0, D <= 64, dQ and
+ * dK or dV) takes an f32 dQ accumulator of B·Hq·ceil(Sq / 128)·128·64 floats on top of the
+ * two-kernel path's workspace; deterministic 1, tile_m 128 or dQ alone do not. Elsewhere, and
+ * in the default build, the sizes agree. */
+static void backward_workspace_sizes(void **state) {
+  (void)state;
+  t4 q, k, v, o, lse, dout, dq, dk;
+  t4_init(&q, 2, 4, 300, 64, TEST_F16, 0);
+  t4_init(&k, 2, 2, 260, 64, TEST_F16, 0);
+  t4_init(&v, 2, 2, 260, 64, TEST_F16, 0);
+  t4_init(&o, 2, 4, 300, 64, TEST_F16, 0);
+  t4_init(&lse, 2, 4, 300, 1, TEST_F32, 0);
+  lse.t.ndim = 3;
+  t4_init(&dout, 2, 4, 300, 64, TEST_F16, 0);
+  t4_init(&dq, 2, 4, 300, 64, TEST_F16, 0);
+  t4_init(&dk, 2, 2, 260, 64, TEST_F16, 0);
+  kiln_attention_opts opts = kiln_attention_opts_default();
+  size_t fused = 0, det = 0, tiled = 0, dq_only = 0;
+  assert_kiln_ok(kiln_attention_backward_workspace_size(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &dout.t, &dq.t, &dk.t,
+                                                        NULL, &opts, &fused));
+  opts.deterministic = 1;
+  assert_kiln_ok(kiln_attention_backward_workspace_size(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &dout.t, &dq.t, &dk.t,
+                                                        NULL, &opts, &det));
+  opts.deterministic = 0;
+  opts.algo = KILN_ATTENTION_FLASH_WGMMA, opts.tile_m = 128;
+  if (g_wgmma)
+    assert_kiln_ok(kiln_attention_backward_workspace_size(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &dout.t, &dq.t,
+                                                          &dk.t, NULL, &opts, &tiled));
+  opts.algo = KILN_ATTENTION_AUTO, opts.tile_m = 0;
+  assert_kiln_ok(kiln_attention_backward_workspace_size(g_ctx, &q.t, &k.t, &v.t, &o.t, &lse.t, &dout.t, &dq.t, NULL,
+                                                        NULL, &opts, &dq_only));
+  const size_t delta = (2 * 4 * 300 * 4 + 255) / 256 * 256;
+  assert_int_equal(det, delta);
+  assert_int_equal(dq_only, delta);
+  assert_int_equal(fused, g_wgmma && KILN_ATTN_BWD_FUSED ? delta + (size_t)2 * 4 * 3 * 128 * 64 * 4 : delta);
+  if (g_wgmma) assert_int_equal(tiled, delta);
+  t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o), t4_free(&lse), t4_free(&dout), t4_free(&dq), t4_free(&dk);
+}
+
 int main(int argc, char **argv) {
   test_apply_filter(argc, argv);
   g_ctx = test_gpu_context_or_skip(); /* exits 77 (skipped) without a usable GPU */
@@ -874,6 +919,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(cuda_core_backward),
       cmocka_unit_test(backward_deterministic),
       cmocka_unit_test(backward_workspace_refused),
+      cmocka_unit_test(backward_workspace_sizes),
   };
   int failed = cmocka_run_group_tests_name("gpu_attention", tests, NULL, NULL);
   kiln_stream_destroy(g_ctx, g_stream);

@@ -481,8 +481,9 @@ static kiln_status plan_backward(const kiln_context *ctx, const char *op, const 
   return KILN_OK;
 }
 
-static size_t backward_workspace(const kiln_context *ctx, const kiln_attn_args *args, int deterministic) {
-  return ctx->device_type == kDLCPU ? 0 : kiln_attention_gpu_workspace(ctx, args, deterministic);
+static size_t backward_workspace(const kiln_context *ctx, const kiln_attn_args *args, const kiln_attention_opts *o) {
+  return ctx->device_type == kDLCPU ? 0
+                                    : kiln_attention_gpu_workspace(ctx, args, (int)o->algo, o->tile_m, o->deterministic);
 }
 
 kiln_status kiln_attention_backward_workspace_size(kiln_context *ctx, const DLTensor *q, const DLTensor *k,
@@ -498,7 +499,7 @@ kiln_status kiln_attention_backward_workspace_size(kiln_context *ctx, const DLTe
   if ((st = plan_backward(ctx, op, q, k, v, o, lse, dout, dq, dk, dv, &opt, &p))) return st;
   kiln_attn_args args;
   fill_args(&p, &args);
-  *bytes = backward_workspace(ctx, &args, opt.deterministic);
+  *bytes = backward_workspace(ctx, &args, &opt);
   return KILN_OK;
 }
 
@@ -514,7 +515,7 @@ kiln_status kiln_attention_backward(kiln_context *ctx, const DLTensor *q, const 
   if ((st = plan_backward(ctx, op, q, k, v, o, lse, dout, dq, dk, dv, &opt, &p))) return st;
   kiln_attn_args args;
   fill_args(&p, &args);
-  const size_t need = backward_workspace(ctx, &args, opt.deterministic);
+  const size_t need = backward_workspace(ctx, &args, &opt);
   if (workspace_bytes < need || (need && !workspace))
     return kiln_fail(KILN_ERROR_WORKSPACE,
                      "%s: workspace is %zu bytes%s but this call needs %zu; size it with "

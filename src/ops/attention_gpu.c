@@ -380,11 +380,36 @@ static bool copies_dout(const kiln_attn_args *a) {
   return check_tensor_cores("", a, "", false) == KILN_OK && dout_needs_copy(a);
 }
 
-size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_args *a, int deterministic) {
-  (void)ctx, (void)deterministic; /* every GPU backward kernel is deterministic */
-  size_t bytes = delta_bytes(a);
-  if (copies_dout(a)) bytes += (size_t)a->batch * (size_t)a->hq * (size_t)a->sq * (size_t)a->dv_dim * 2;
-  return bytes;
+/* The fused backward (kiln_abi.h KILN_ATTN_BWD_FUSED, head dims padded to 64 or 128): dK, dV and dQ
+ * in one sm_90a kernel, dQ summed in an f32 accumulator in the workspace by L2 reductions whose
+ * order varies from run to run. So only where the caller allows that (opts.deterministic 0) and
+ * leaves the dQ kernel's configuration to kiln (tile_m 0), and only when dQ and dK or dV are asked
+ * for (alone, the two-kernel path's kernel for them does less). The family test is choose()'s for
+ * a backward (FAMILY_WGMMA), so that the size query agrees with the call. */
+static bool fused_bwd(const kiln_context *ctx, const kiln_attn_args *a, int algo, int tile_m, int deterministic) {
+  const int dp = padded_dim(a->d);
+  return KILN_ATTN_BWD_FUSED && !deterministic && tile_m == 0 && a->dq && (a->dk || a->dv) &&
+         (dp == 64 || (dp == 128 && KILN_ATTN_BWD_FUSED_D128)) && algo != KILN_ATTENTION_FLASH_MMA_SYNC &&
+         check_tensor_cores("", a, "", false) == KILN_OK && !wgmma_misfit(ctx, a, NULL);
+}
+
+/* Workspace: delta, then the dO copy, then the fused backward's dQ accumulator (256-aligned). */
+static size_t dout_copy_bytes(const kiln_attn_args *a) {
+  return copies_dout(a) ? ((size_t)a->batch * (size_t)a->hq * (size_t)a->sq * (size_t)a->dv_dim * 2 + 255) / 256 * 256
+                        : 0;
+}
+static unsigned dq_acc_blocks(const kiln_attn_args *a) { /* per head */
+  const int rows = KILN_ATTN_DQ_ACC_ROWS(KILN_ATTN_DQ_ACC_DP(a->d));
+  return (unsigned)((a->sq + rows - 1) / rows);
+}
+static size_t dq_acc_bytes(const kiln_attn_args *a) {
+  const size_t blocks = dq_acc_blocks(a);
+  return (size_t)a->batch * (size_t)a->hq * blocks * KILN_ATTN_DQ_ACC_BLOCK * 4;
+}
+
+size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_args *a, int algo, int tile_m,
+                                    int deterministic) {
+  return delta_bytes(a) + dout_copy_bytes(a) + (fused_bwd(ctx, a, algo, tile_m, deterministic) ? dq_acc_bytes(a) : 0);
 }
 
 /* The sm_90a dQ kernel as a programmatic dependent of the dK/dV kernel (1; 0: after it ends).
@@ -414,10 +439,10 @@ static bool dq_wide_wins(const kiln_context *ctx, const kiln_attn_args *a) {
 }
 
 /* delta (and the dO copy), then dK/dV, then dQ: three launches on the caller's stream, from the
- * kernel family the forward would choose. */
+ * kernel family the forward would choose; or delta (zeroing the dQ accumulator), the fused kernel
+ * and dQ's conversion (fused_bwd). */
 kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op, const kiln_attn_args *a, int algo,
                                         int tile_m, int deterministic, void *workspace, CUstream stream) {
-  (void)deterministic;
   family f = FAMILY_SIMT;
   kiln_status st = choose(ctx, op, a, algo, true, &f);
   if (st) return st;
@@ -433,6 +458,8 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
   void *params[] = {&args};
   args.delta = (float *)workspace;
   args.do_copy = copies_dout(a) ? (char *)workspace + delta_bytes(a) : NULL;
+  const bool fused = f == FAMILY_WGMMA && fused_bwd(ctx, a, algo, tile_m, deterministic);
+  args.dq_acc = fused ? (float *)((char *)workspace + delta_bytes(a) + dout_copy_bytes(a)) : NULL;
   if ((st = kiln_launch(ctx, KILN_K_ATTN_BWD_DELTA, (unsigned)((a->sq + KILN_ATTN_DELTA_ROWS - 1) / KILN_ATTN_DELTA_ROWS),
                         (unsigned)a->hq, (unsigned)a->batch, KILN_ATTN_THREADS, 0, stream, params, op)))
     return st;
@@ -447,6 +474,16 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
   if (f == FAMILY_SIMT) {
     if ((a->dk || a->dv) && (st = launch_simt(ctx, op, &args, KILN_K_ATTN_SIMT_DKDV_R32, stream))) return st;
     return a->dq ? launch_simt(ctx, op, &args, KILN_K_ATTN_SIMT_DQ_R32, stream) : KILN_OK;
+  }
+  if (fused) {
+    if ((st = launch_wgmma(ctx, op, &args,
+                           family_kernel(KILN_K_ATTN_BWD_FUSED_f16_D64, KILN_K_ATTN_BWD_FUSED_bf16_D64, a),
+                           (unsigned)((a->sk + KILN_ATTN_WG_KV_BN(dp) - 1) / KILN_ATTN_WG_KV_BN(dp)), (unsigned)a->hkv,
+                           KILN_ATTN_WG_THREADS, (unsigned)KILN_ATTN_WG_KVQ_SMEM_BYTES(dp), KILN_ATTN_WG_KV_BM(dp),
+                           KILN_ATTN_WG_KV_BN(dp), true, false, stream)))
+      return st;
+    return kiln_launch(ctx, KILN_K_ATTN_BWD_DQ_CONVERT, dq_acc_blocks(a), (unsigned)a->hq, (unsigned)a->batch, 256, 0,
+                       stream, params, op);
   }
   if (f == FAMILY_WGMMA) { /* the sm_90a kernels (TMA maps of the dO they read) */
     if ((a->dk || a->dv) &&

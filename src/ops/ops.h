@@ -108,7 +108,8 @@ kiln_status kiln_tma_map(const kiln_context *ctx, const char *op, int type, uint
 kiln_status kiln_attention_gpu_forward(const kiln_context *ctx, const char *op, const kiln_attn_args *args, int algo,
                                        int tile_m, CUstream stream);
 /* Workspace bytes the GPU backward needs for args (256-byte aligned start expected). */
-size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_args *args, int deterministic);
+size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_args *args, int algo, int tile_m,
+                                    int deterministic);
 kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op, const kiln_attn_args *args, int algo,
                                         int tile_m, int deterministic, void *workspace, CUstream stream);
 
