@@ -38,6 +38,18 @@
 #                    interleaved twice, paired once (3 min)
 #   state HEAD       main against SDPA (attention --quick), cuBLAS (matmul paired 1024-8192^3)
 #                    and cuBLASLt (int8 paired 4096^3) in one call (4 min)
+#   fused HEAD       issue 8, the fused backward at D = 64 and 128 (dK, dV and dQ in one kernel, dQ by L2
+#                    bulk reductions; HEAD: a build with it, which main's default is not yet:
+#                      cmake -S . -B build-fused -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA_ARCHS=90a \
+#                        -DKILN_PTX_ARCH= -DKILN_TUNE_DEFS=KILN_ATTN_BWD_FUSED=1 && cmake --build build-fused -j2
+#                      scripts/slim-build.sh build-fused build-ladder/slim/fused &&
+#                        (cd build-ladder && tar czf carry-fused.tgz slim/fused)
+#                    then tar xzf build-ladder/carry-fused.tgz -C /tmp && bash scripts/device-next.sh fused
+#                    /tmp/slim/fused): HEAD's test_gpu_attention (its D <= 128 backward cases fused,
+#                    and through the two-kernel path), SDPA flash --quick, kiln-bench attention --quick
+#                    --dtype all --deterministic all (fused and two-kernel rows in one run) twice with
+#                    memcheck of the backward tests between, short sequences once, racecheck and
+#                    synccheck of backward_shapes, the Python attention tests (STOP_AT cuts; ~9 min)
 #   readfloor HEAD   (done 2026-12-07 on an H100; the H200's is still to run) issues 5 and 6: scripts/probes/read_floor.cu (the fastest read of the decode
 #                    rows' weight bytes, timed as kiln-bench times them) beside kiln-bench int4
 #                    and qkv at M = 1 and 16 (about 3 minutes)
@@ -360,6 +372,28 @@ d64_plain() { # d64_plain BUILD...: d64_causal's shapes without a mask, once eac
   pack
 }
 case $mode in
+fused)
+  # correctness first (every D <= 128 backward case of the tests runs fused), then fused against
+  # the two-kernel path in the same kiln-bench runs, then the slower sanitizers
+  H=$2
+  gpu_info
+  more tests && gpu_test "$H/tests/test_gpu_attention"
+  pack
+  more sdpa && sdpa_peer
+  interleaved fused 1 1 '^attention' "$H" attention --quick --dtype all --deterministic all --peer "$L/sdpa.txt"
+  more memcheck && memcheck "$H/tests/test_gpu_attention" "*backward*" "$L/memcheck-backward.log"
+  pack
+  interleaved fused 2 2 '^attention' "$H" attention --quick --dtype all --deterministic all --peer "$L/sdpa.txt"
+  more short && bench_run short "$H" '^attention' attention --head-dim 64 --seq 512 --seq 1024 --dtype f16 \
+    --deterministic all
+  pack
+  for tool in racecheck synccheck; do
+    more "$tool" && sanitize "$tool" "$H/tests/test_gpu_attention" backward_shapes "$L/$tool-backward.log" 150
+  done
+  pack
+  more pytest && attn_pytest "$H"
+  pack
+  ;;
 land)
   # before landing a GEMM epilogue change: every GPU test program of HEAD but the soak (and those
   # named in LAND_SKIP, e.g. where scripts/kernels-identical.sh proved the kernels the same), memcheck
