@@ -387,9 +387,9 @@ static bool copies_dout(const kiln_attn_args *a) {
  * for (alone, the two-kernel path's kernel for them does less). The family test is choose()'s for
  * a backward (FAMILY_WGMMA), so that the size query agrees with the call. */
 static bool fused_bwd(const kiln_context *ctx, const kiln_attn_args *a, int algo, int tile_m, int deterministic) {
-  const int dp = padded_dim(a->d);
   return KILN_ATTN_BWD_FUSED && !deterministic && tile_m == 0 && a->dq && (a->dk || a->dv) &&
-         (dp == 64 || (dp == 128 && KILN_ATTN_BWD_FUSED_D128)) && algo != KILN_ATTENTION_FLASH_MMA_SYNC &&
+         (padded_dim(a->d) == 64 || (padded_dim(a->d) == 128 && KILN_ATTN_BWD_FUSED_D128)) &&
+         algo != KILN_ATTENTION_FLASH_MMA_SYNC &&
          check_tensor_cores("", a, "", false) == KILN_OK && !wgmma_misfit(ctx, a, NULL);
 }
 
