@@ -384,19 +384,21 @@ static bool copies_dout(const kiln_attn_args *a) {
  * in one sm_90a kernel, dQ summed in an f32 accumulator in the workspace by L2 reductions whose
  * order varies from run to run. So only where the caller allows that (opts.deterministic 0) and
  * leaves the dQ kernel's configuration to kiln (tile_m 0), and only when dQ and dK or dV are asked
- * for (alone, the two-kernel path's kernel for them does less). The family test is choose()'s for
- * a backward (FAMILY_WGMMA), so that the size query agrees with the call. */
-static bool fused_bwd(const kiln_context *ctx, const kiln_attn_args *a, int algo, int tile_m, int deterministic) {
+ * for (alone, the two-kernel path's kernel for them does less): fused_wanted, beside the backward's
+ * family FAMILY_WGMMA, which the call has from choose() and the size query tests as choose() does
+ * for a backward (fused_bwd), so that the two agree. */
+static bool fused_wanted(const kiln_attn_args *a, int tile_m, int deterministic) {
   return KILN_ATTN_BWD_FUSED && !deterministic && tile_m == 0 && a->dq && (a->dk || a->dv) &&
-         (padded_dim(a->d) == 64 || (padded_dim(a->d) == 128 && KILN_ATTN_BWD_FUSED_D128)) &&
-         algo != KILN_ATTENTION_FLASH_MMA_SYNC &&
+         (padded_dim(a->d) == 64 || (padded_dim(a->d) == 128 && KILN_ATTN_BWD_FUSED_D128));
+}
+static bool fused_bwd(const kiln_context *ctx, const kiln_attn_args *a, int algo, int tile_m, int deterministic) {
+  return fused_wanted(a, tile_m, deterministic) && algo != KILN_ATTENTION_FLASH_MMA_SYNC &&
          check_tensor_cores("", a, "", false) == KILN_OK && !wgmma_misfit(ctx, a, NULL);
 }
 
 /* Workspace: delta, then the dO copy, then the fused backward's dQ accumulator (256-aligned). */
-static size_t dout_copy_bytes(const kiln_attn_args *a) {
-  return copies_dout(a) ? ((size_t)a->batch * (size_t)a->hq * (size_t)a->sq * (size_t)a->dv_dim * 2 + 255) / 256 * 256
-                        : 0;
+static size_t dout_copy_bytes(const kiln_attn_args *a, bool copies) {
+  return copies ? ((size_t)a->batch * (size_t)a->hq * (size_t)a->sq * (size_t)a->dv_dim * 2 + 255) / 256 * 256 : 0;
 }
 static unsigned dq_acc_blocks(const kiln_attn_args *a) { /* per head */
   const int rows = KILN_ATTN_DQ_ACC_ROWS(KILN_ATTN_DQ_ACC_DP(a->d));
@@ -409,7 +411,7 @@ static size_t dq_acc_bytes(const kiln_attn_args *a) {
 
 size_t kiln_attention_gpu_workspace(const kiln_context *ctx, const kiln_attn_args *a, int algo, int tile_m,
                                     int deterministic) {
-  return delta_bytes(a) + dout_copy_bytes(a) + (fused_bwd(ctx, a, algo, tile_m, deterministic) ? dq_acc_bytes(a) : 0);
+  return delta_bytes(a) + dout_copy_bytes(a, copies_dout(a)) + (fused_bwd(ctx, a, algo, tile_m, deterministic) ? dq_acc_bytes(a) : 0);
 }
 
 /* The sm_90a dQ kernel as a programmatic dependent of the dK/dV kernel (1; 0: after it ends).
@@ -457,9 +459,9 @@ kiln_status kiln_attention_gpu_backward(const kiln_context *ctx, const char *op,
   kiln_attn_args args = *a;
   void *params[] = {&args};
   args.delta = (float *)workspace;
-  args.do_copy = copies_dout(a) ? (char *)workspace + delta_bytes(a) : NULL;
-  const bool fused = f == FAMILY_WGMMA && fused_bwd(ctx, a, algo, tile_m, deterministic);
-  args.dq_acc = fused ? (float *)((char *)workspace + delta_bytes(a) + dout_copy_bytes(a)) : NULL;
+  const bool copies = copies_dout(a), fused = f == FAMILY_WGMMA && fused_wanted(a, tile_m, deterministic);
+  args.do_copy = copies ? (char *)workspace + delta_bytes(a) : NULL;
+  args.dq_acc = fused ? (float *)((char *)workspace + delta_bytes(a) + dout_copy_bytes(a, copies)) : NULL;
   if ((st = kiln_launch(ctx, KILN_K_ATTN_BWD_DELTA, (unsigned)((a->sq + KILN_ATTN_DELTA_ROWS - 1) / KILN_ATTN_DELTA_ROWS),
                         (unsigned)a->hq, (unsigned)a->batch, KILN_ATTN_THREADS, 0, stream, params, op)))
     return st;
